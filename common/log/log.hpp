@@ -1,0 +1,28 @@
+#pragma once
+
+#include <initializer_list>
+#include <string_view>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace fg::log {
+
+enum class Level { debug = 0, info = 1, warn = 2, error = 3 };
+
+// Structured logging: one JSON object per line on stderr,
+// {"ts":"2026-12-02T14:35:00.123Z","level":"info","msg":"...", ...fields}.
+// Privacy: callers never pass prompt or answer text, API keys or client IPs as fields.
+using Field = std::pair<std::string_view, nlohmann::json>;
+
+void set_level(Level level);
+bool parse_level(std::string_view text, Level* out);
+bool enabled(Level level);
+void write(Level level, std::string_view msg, std::initializer_list<Field> fields = {});
+
+inline void debug(std::string_view m, std::initializer_list<Field> f = {}) { write(Level::debug, m, f); }
+inline void info(std::string_view m, std::initializer_list<Field> f = {}) { write(Level::info, m, f); }
+inline void warn(std::string_view m, std::initializer_list<Field> f = {}) { write(Level::warn, m, f); }
+inline void error(std::string_view m, std::initializer_list<Field> f = {}) { write(Level::error, m, f); }
+
+}  // namespace fg::log

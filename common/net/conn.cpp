@@ -1,0 +1,207 @@
+#include "common/net/conn.hpp"
+
+#include <array>
+#include <stdexcept>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+
+namespace fg::net {
+
+namespace {
+
+constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+
+class PlainConn final : public Conn {
+ public:
+  explicit PlainConn(beast::tcp_stream stream) : stream_(std::move(stream)) {}
+
+  asio::awaitable<IoResult> read_some(asio::mutable_buffer buffer) override {
+    auto [ec, n] = co_await stream_.async_read_some(buffer, kUseTuple);
+    co_return IoResult{ec, n};
+  }
+  asio::awaitable<IoResult> write(asio::const_buffer first, asio::const_buffer second) override {
+    std::array<asio::const_buffer, 2> buffers{first, second};
+    auto [ec, n] = co_await asio::async_write(stream_, buffers, kUseTuple);
+    co_return IoResult{ec, n};
+  }
+  asio::awaitable<void> shutdown() override {
+    error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    co_return;
+  }
+  void close() override {
+    error_code ec;
+    stream_.socket().close(ec);
+  }
+  bool is_open() const override { return stream_.socket().is_open(); }
+  void expires_after(std::chrono::steady_clock::duration d) override { stream_.expires_after(d); }
+  void expires_never() override { stream_.expires_never(); }
+  asio::any_io_executor get_executor() override { return stream_.get_executor(); }
+  tcp::socket& socket() override { return stream_.socket(); }
+
+ private:
+  beast::tcp_stream stream_;
+};
+
+class TlsConn final : public Conn {
+ public:
+  TlsConn(beast::tcp_stream stream, asio::ssl::context& ctx) : stream_(std::move(stream), ctx) {}
+
+  asio::awaitable<IoResult> read_some(asio::mutable_buffer buffer) override {
+    auto [ec, n] = co_await stream_.async_read_some(buffer, kUseTuple);
+    co_return IoResult{ec, n};
+  }
+  asio::awaitable<IoResult> write(asio::const_buffer first, asio::const_buffer second) override {
+    std::array<asio::const_buffer, 2> buffers{first, second};
+    auto [ec, n] = co_await asio::async_write(stream_, buffers, kUseTuple);
+    co_return IoResult{ec, n};
+  }
+  asio::awaitable<void> shutdown() override {
+    // Bounded: a peer that never answers close_notify must not hold the connection.
+    beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(2));
+    co_await stream_.async_shutdown(kUseTuple);
+    close();
+  }
+  void close() override {
+    error_code ec;
+    beast::get_lowest_layer(stream_).socket().close(ec);
+  }
+  bool is_open() const override { return beast::get_lowest_layer(stream_).socket().is_open(); }
+  void expires_after(std::chrono::steady_clock::duration d) override {
+    beast::get_lowest_layer(stream_).expires_after(d);
+  }
+  void expires_never() override { beast::get_lowest_layer(stream_).expires_never(); }
+  asio::any_io_executor get_executor() override { return stream_.get_executor(); }
+  tcp::socket& socket() override { return beast::get_lowest_layer(stream_).socket(); }
+
+  beast::ssl_stream<beast::tcp_stream>& stream() { return stream_; }
+
+ private:
+  beast::ssl_stream<beast::tcp_stream> stream_;
+};
+
+bool is_ip_literal(const std::string& host) {
+  error_code ec;
+  asio::ip::make_address(host, ec);
+  return !ec;
+}
+
+}  // namespace
+
+std::unique_ptr<Conn> make_plain_conn(tcp::socket socket) {
+  socket.set_option(tcp::no_delay(true));
+  return std::make_unique<PlainConn>(beast::tcp_stream(std::move(socket)));
+}
+
+std::unique_ptr<Conn> make_tls_server_conn(tcp::socket socket, asio::ssl::context& ctx) {
+  socket.set_option(tcp::no_delay(true));
+  return std::make_unique<TlsConn>(beast::tcp_stream(std::move(socket)), ctx);
+}
+
+asio::awaitable<error_code> tls_server_handshake(Conn& conn) {
+  auto& tls = static_cast<TlsConn&>(conn);
+  auto [ec] = co_await tls.stream().async_handshake(asio::ssl::stream_base::server, kUseTuple);
+  co_return ec;
+}
+
+std::shared_ptr<asio::ssl::context> make_server_tls_context(const std::string& cert_file,
+                                                            const std::string& key_file) {
+  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+  ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                   asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                   asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use);
+  error_code ec;
+  ctx->use_certificate_chain_file(cert_file, ec);
+  if (ec) {
+    throw std::runtime_error("cannot load TLS certificate " + cert_file + ": " + ec.message());
+  }
+  ctx->use_private_key_file(key_file, asio::ssl::context::pem, ec);
+  if (ec) {
+    throw std::runtime_error("cannot load TLS key " + key_file + ": " + ec.message());
+  }
+  return ctx;
+}
+
+std::shared_ptr<asio::ssl::context> make_client_tls_context(const std::string& ca_file) {
+  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+  ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                   asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                   asio::ssl::context::no_tlsv1_1);
+  ctx->set_default_verify_paths();
+  if (!ca_file.empty()) {
+    error_code ec;
+    ctx->load_verify_file(ca_file, ec);
+    if (ec) {
+      throw std::runtime_error("cannot load CA file " + ca_file + ": " + ec.message());
+    }
+  }
+  ctx->set_verify_mode(asio::ssl::verify_peer);
+  return ctx;
+}
+
+asio::awaitable<ConnectResult> connect_to(const Url& url, asio::ssl::context* tls_ctx,
+                                          std::chrono::steady_clock::duration timeout) {
+  using namespace asio::experimental::awaitable_operators;
+  auto executor = co_await asio::this_coro::executor;
+  ConnectResult result;
+
+  tcp::resolver resolver(executor);
+  asio::steady_timer timer(executor, timeout);
+  auto resolved = co_await (resolver.async_resolve(url.host, std::to_string(url.port), kUseTuple) ||
+                            timer.async_wait(kUseTuple));
+  if (resolved.index() == 1) {
+    result.failure = ConnectFailure::timeout;
+    result.ec = beast::error::timeout;
+    co_return result;
+  }
+  auto [resolve_ec, endpoints] = std::get<0>(resolved);
+  if (resolve_ec) {
+    result.failure = ConnectFailure::resolve;
+    result.ec = resolve_ec;
+    co_return result;
+  }
+
+  beast::tcp_stream stream(executor);
+  stream.expires_at(timer.expiry());
+  auto [connect_ec, endpoint] = co_await stream.async_connect(endpoints, kUseTuple);
+  if (connect_ec) {
+    result.failure =
+        connect_ec == beast::error::timeout ? ConnectFailure::timeout : ConnectFailure::connect;
+    result.ec = connect_ec;
+    co_return result;
+  }
+  stream.socket().set_option(tcp::no_delay(true));
+
+  if (!url.tls()) {
+    stream.expires_never();
+    result.conn = std::make_unique<PlainConn>(std::move(stream));
+    co_return result;
+  }
+
+  auto tls = std::make_unique<TlsConn>(std::move(stream), *tls_ctx);
+  auto& ssl = tls->stream();
+  if (!is_ip_literal(url.host)) {
+    SSL_set_tlsext_host_name(ssl.native_handle(), url.host.c_str());
+  }
+  ssl.set_verify_mode(asio::ssl::verify_peer);
+  ssl.set_verify_callback(asio::ssl::host_name_verification(url.host));
+  auto [hs_ec] = co_await ssl.async_handshake(asio::ssl::stream_base::client, kUseTuple);
+  if (hs_ec) {
+    result.failure = hs_ec == beast::error::timeout ? ConnectFailure::timeout : ConnectFailure::tls;
+    result.ec = hs_ec;
+    co_return result;
+  }
+  tls->expires_never();
+  result.conn = std::move(tls);
+  co_return result;
+}
+
+}  // namespace fg::net

@@ -1,0 +1,74 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/beast/core/error.hpp>
+
+#include "common/net/url.hpp"
+
+namespace fg::net {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+using error_code = beast::error_code;
+
+struct IoResult {
+  error_code ec;
+  std::size_t bytes = 0;
+};
+
+// A connected byte stream, plain TCP or TLS over TCP, so that HTTP handling is written once for
+// both. One read and one write may be outstanding at the same time (as for Asio sockets); every
+// operation honours the coroutine's cancellation and the deadline set with expires_after.
+class Conn {
+ public:
+  virtual ~Conn() = default;
+  virtual asio::awaitable<IoResult> read_some(asio::mutable_buffer buffer) = 0;
+  virtual asio::awaitable<IoResult> write(asio::const_buffer first,
+                                          asio::const_buffer second = {}) = 0;
+  // TLS close_notify where applicable, then a TCP shutdown of the sending side.
+  virtual asio::awaitable<void> shutdown() = 0;
+  // Closes at once; pending operations complete with operation_aborted.
+  virtual void close() = 0;
+  virtual bool is_open() const = 0;
+  virtual void expires_after(std::chrono::steady_clock::duration d) = 0;
+  virtual void expires_never() = 0;
+  virtual asio::any_io_executor get_executor() = 0;
+  virtual tcp::socket& socket() = 0;
+};
+
+std::unique_ptr<Conn> make_plain_conn(tcp::socket socket);
+// The TLS handshake (server side) is performed by the caller through tls_server_handshake.
+std::unique_ptr<Conn> make_tls_server_conn(tcp::socket socket, asio::ssl::context& ctx);
+asio::awaitable<error_code> tls_server_handshake(Conn& conn);
+
+// Server-side TLS context from PEM files. Throws std::runtime_error naming the file.
+std::shared_ptr<asio::ssl::context> make_server_tls_context(const std::string& cert_file,
+                                                            const std::string& key_file);
+// Client-side TLS context: system CAs plus ca_file when given; peers are always verified.
+std::shared_ptr<asio::ssl::context> make_client_tls_context(const std::string& ca_file);
+
+enum class ConnectFailure { none, resolve, connect, tls, timeout };
+
+struct ConnectResult {
+  std::unique_ptr<Conn> conn;
+  ConnectFailure failure = ConnectFailure::none;
+  error_code ec;
+};
+
+// Resolves, connects and (for https) performs the TLS handshake with SNI and hostname
+// verification, all within timeout.
+asio::awaitable<ConnectResult> connect_to(const Url& url, asio::ssl::context* tls_ctx,
+                                          std::chrono::steady_clock::duration timeout);
+
+}  // namespace fg::net

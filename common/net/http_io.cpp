@@ -1,0 +1,175 @@
+#include "common/net/http_io.hpp"
+
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/status.hpp>
+
+namespace fg::net {
+
+namespace {
+
+constexpr std::size_t kReadChunk = 16 * 1024;
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+asio::awaitable<ReadOutcome> read_request(Conn& conn, beast::flat_buffer& buffer,
+                                          const RequestLimits& limits,
+                                          std::chrono::steady_clock::duration idle_timeout,
+                                          Request& out) {
+  http::request_parser<http::string_body> parser;
+  parser.header_limit(static_cast<std::uint32_t>(limits.header_limit));
+  parser.body_limit(limits.body_limit);
+  parser.eager(true);
+  bool started = buffer.size() > 0;
+  bool continue_sent = false;
+  conn.expires_after(started ? limits.timeout : idle_timeout);
+
+  for (;;) {
+    if (buffer.size() > 0) {
+      error_code ec;
+      std::size_t used = parser.put(buffer.data(), ec);
+      buffer.consume(used);
+      if (ec == http::error::body_limit) {
+        co_return ReadOutcome::body_too_large;
+      }
+      if (ec == http::error::header_limit) {
+        co_return ReadOutcome::header_too_large;
+      }
+      if (ec && ec != http::error::need_more) {
+        co_return ReadOutcome::bad_request;
+      }
+      if (parser.is_done()) {
+        out = parser.release();
+        co_return ReadOutcome::ok;
+      }
+      if (parser.is_header_done() && !continue_sent) {
+        continue_sent = true;
+        auto expect = parser.get()[http::field::expect];
+        if (iequals(expect, "100-continue")) {
+          auto [wec, n] = co_await conn.write(asio::buffer(kContinue));
+          if (wec) {
+            co_return ReadOutcome::closed;
+          }
+        }
+      }
+      if (!ec && used > 0 && buffer.size() > 0) {
+        continue;
+      }
+    }
+    asio::mutable_buffer space;
+    try {
+      space = buffer.prepare(kReadChunk);
+    } catch (const std::length_error&) {
+      co_return parser.is_header_done() ? ReadOutcome::body_too_large
+                                        : ReadOutcome::header_too_large;
+    }
+    auto [ec, n] = co_await conn.read_some(space);
+    if (ec) {
+      if (ec == beast::error::timeout) {
+        co_return started ? ReadOutcome::timeout : ReadOutcome::closed;
+      }
+      co_return (started && parser.got_some()) ? ReadOutcome::bad_request : ReadOutcome::closed;
+    }
+    buffer.commit(n);
+    if (!started) {
+      started = true;
+      conn.expires_after(limits.timeout);
+    }
+  }
+}
+
+std::string response_head(unsigned status, std::string_view content_type,
+                          std::optional<std::uint64_t> content_length,
+                          const std::vector<Header>& extra, bool keep_alive) {
+  std::string head;
+  head.reserve(256);
+  head += "HTTP/1.1 ";
+  head += std::to_string(status);
+  head += ' ';
+  auto reason = http::obsolete_reason(static_cast<http::status>(status));
+  head.append(reason.data(), reason.size());
+  head += "\r\n";
+  if (!content_type.empty()) {
+    head += "Content-Type: ";
+    head += content_type;
+    head += "\r\n";
+  }
+  if (content_length) {
+    head += "Content-Length: ";
+    head += std::to_string(*content_length);
+    head += "\r\n";
+  } else {
+    head += "Transfer-Encoding: chunked\r\n";
+  }
+  for (const auto& [name, value] : extra) {
+    head += name;
+    head += ": ";
+    head += value;
+    head += "\r\n";
+  }
+  if (!keep_alive) {
+    head += "Connection: close\r\n";
+  }
+  head += "\r\n";
+  return head;
+}
+
+std::string full_response(unsigned status, std::string_view content_type, std::string_view body,
+                          const std::vector<Header>& extra, bool keep_alive) {
+  std::string out = response_head(status, content_type, body.size(), extra, keep_alive);
+  out.append(body.data(), body.size());
+  return out;
+}
+
+std::string chunk(std::string_view data) {
+  char size[20];
+  int len = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  std::string out;
+  out.reserve(static_cast<std::size_t>(len) + data.size() + 2);
+  out.append(size, static_cast<std::size_t>(len));
+  out.append(data.data(), data.size());
+  out += "\r\n";
+  return out;
+}
+
+void ResponseParser::on_field_impl(http::field name, beast::string_view, beast::string_view value,
+                                   error_code&) {
+  if (name == http::field::content_type) {
+    content_type_.assign(value.data(), value.size());
+  } else if (name == http::field::retry_after) {
+    retry_after_.assign(value.data(), value.size());
+  }
+}
+
+void ResponseParser::on_body_init_impl(boost::optional<std::uint64_t> const& length, error_code&) {
+  if (length) {
+    declared_length_ = *length;
+  }
+}
+
+std::size_t ResponseParser::on_body_impl(beast::string_view body, error_code&) {
+  body_.append(body.data(), body.size());
+  return body.size();
+}
+
+std::size_t ResponseParser::on_chunk_body_impl(std::uint64_t, beast::string_view body,
+                                               error_code&) {
+  body_.append(body.data(), body.size());
+  return body.size();
+}
+
+}  // namespace fg::net

@@ -1,0 +1,91 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/basic_parser.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "common/net/conn.hpp"
+
+namespace fg::net {
+
+namespace http = beast::http;
+using Request = http::request<http::string_body>;
+using Header = std::pair<std::string, std::string>;
+
+enum class ReadOutcome { ok, closed, timeout, body_too_large, header_too_large, bad_request };
+
+struct RequestLimits {
+  std::size_t header_limit = 16 * 1024;
+  std::uint64_t body_limit = 4 * 1024 * 1024;
+  std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);
+};
+
+// Reads one request (headers and whole body) from conn, using and refilling buffer (bytes beyond
+// the request stay in it for the next one). Answers "Expect: 100-continue" itself. The deadline
+// covers the whole request; it starts when the first byte arrives, so idle keep-alive connections
+// wait with idle_timeout instead.
+asio::awaitable<ReadOutcome> read_request(Conn& conn, beast::flat_buffer& buffer,
+                                          const RequestLimits& limits,
+                                          std::chrono::steady_clock::duration idle_timeout,
+                                          Request& out);
+
+// "HTTP/1.1 <status> <reason>\r\n" + headers + "\r\n". With content_length unset the body is
+// sent chunked.
+std::string response_head(unsigned status, std::string_view content_type,
+                          std::optional<std::uint64_t> content_length,
+                          const std::vector<Header>& extra, bool keep_alive);
+
+// A complete response with a body of known length.
+std::string full_response(unsigned status, std::string_view content_type, std::string_view body,
+                          const std::vector<Header>& extra, bool keep_alive);
+
+// One HTTP/1.1 chunk ("<hex>\r\n" + data + "\r\n"); data must not be empty.
+std::string chunk(std::string_view data);
+inline constexpr std::string_view kLastChunk = "0\r\n\r\n";
+
+// A response parser that hands body bytes over as they arrive (chunked decoding included), for
+// relaying. Only the headers the gateway uses are kept.
+class ResponseParser final : public http::basic_parser<false> {
+ public:
+  ResponseParser() = default;
+
+  unsigned status() const { return status_; }
+  const std::string& content_type() const { return content_type_; }
+  const std::string& retry_after() const { return retry_after_; }
+  std::optional<std::uint64_t> declared_length() const { return declared_length_; }
+  // Decoded body bytes received since the last take_body().
+  std::string take_body() { return std::exchange(body_, {}); }
+  std::size_t pending_body() const { return body_.size(); }
+
+ private:
+  void on_request_impl(http::verb, beast::string_view, beast::string_view, int,
+                       error_code&) override {}
+  void on_response_impl(int code, beast::string_view, int, error_code&) override {
+    status_ = static_cast<unsigned>(code);
+  }
+  void on_field_impl(http::field name, beast::string_view, beast::string_view value,
+                     error_code&) override;
+  void on_header_impl(error_code&) override {}
+  void on_body_init_impl(boost::optional<std::uint64_t> const& length, error_code&) override;
+  std::size_t on_body_impl(beast::string_view body, error_code&) override;
+  void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code&) override {}
+  std::size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code&) override;
+  void on_finish_impl(error_code&) override {}
+
+  unsigned status_ = 0;
+  std::string content_type_;
+  std::string retry_after_;
+  std::optional<std::uint64_t> declared_length_;
+  std::string body_;
+};
+
+}  // namespace fg::net

@@ -1,0 +1,103 @@
+#include "common/net/server.hpp"
+
+#include <stdexcept>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "common/log/log.hpp"
+
+namespace fg::net {
+
+namespace {
+constexpr auto kTlsHandshakeTimeout = std::chrono::seconds(10);
+}
+
+void spawn_logged(asio::any_io_executor executor, asio::awaitable<void> task, const char* what) {
+  asio::co_spawn(executor, std::move(task), [what](std::exception_ptr e) {
+    if (!e) {
+      return;
+    }
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      log::error("task failed", {{"task", what}, {"error", ex.what()}});
+    }
+  });
+}
+
+Listener::Listener(asio::any_io_executor executor, const HostPort& address,
+                   std::shared_ptr<asio::ssl::context> tls, Handler handler, std::string name)
+    : acceptor_(executor),
+      tls_(std::move(tls)),
+      handler_(std::move(handler)),
+      name_(std::move(name)) {
+  error_code ec;
+  auto ip = asio::ip::make_address(address.host, ec);
+  if (ec) {
+    throw std::runtime_error(name_ + " listener: '" + address.host + "' is not an IP address");
+  }
+  tcp::endpoint endpoint(ip, address.port);
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) {
+    acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  }
+  if (!ec) {
+    acceptor_.bind(endpoint, ec);
+  }
+  if (!ec) {
+    acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  }
+  if (ec) {
+    throw std::runtime_error(name_ + " listener: cannot listen on " + address.to_string() + ": " +
+                             ec.message());
+  }
+  port_ = acceptor_.local_endpoint().port();
+}
+
+void Listener::start() {
+  spawn_logged(acceptor_.get_executor(), accept_loop(this), "accept");
+}
+
+void Listener::stop() {
+  error_code ec;
+  acceptor_.close(ec);
+}
+
+asio::awaitable<void> Listener::accept_loop(Listener* self) {
+  for (;;) {
+    auto [ec, socket] = co_await self->acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) {
+        co_return;
+      }
+      // Out of file descriptors and similar: note it, pause briefly, keep serving.
+      log::warn("accept failed", {{"listener", self->name_}, {"error", ec.message()}});
+      asio::steady_timer pause(self->acceptor_.get_executor(), std::chrono::milliseconds(50));
+      co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+      continue;
+    }
+    spawn_logged(self->acceptor_.get_executor(), serve(self, std::move(socket)), "connection");
+  }
+}
+
+asio::awaitable<void> Listener::serve(Listener* self, tcp::socket socket) {
+  std::unique_ptr<Conn> conn;
+  if (self->tls_) {
+    conn = make_tls_server_conn(std::move(socket), *self->tls_);
+    conn->expires_after(kTlsHandshakeTimeout);
+    auto ec = co_await tls_server_handshake(*conn);
+    if (ec) {
+      log::debug("tls handshake failed", {{"listener", self->name_}, {"error", ec.message()}});
+      co_return;
+    }
+    conn->expires_never();
+  } else {
+    conn = make_plain_conn(std::move(socket));
+  }
+  co_await self->handler_(std::move(conn));
+}
+
+}  // namespace fg::net

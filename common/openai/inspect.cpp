@@ -1,0 +1,148 @@
+#include "common/openai/inspect.hpp"
+
+#include <cctype>
+
+#include <nlohmann/json.hpp>
+
+namespace fg::openai {
+
+namespace {
+
+// Real requests nest a handful of levels (messages -> content parts -> ...). The cap keeps hostile
+// bodies from costing deep recursion anywhere the document is later walked or dumped.
+constexpr int kMaxDepth = 128;
+
+constexpr std::string_view kJsonMediaType = "application/json";
+
+InspectError bad_request(std::string code, std::string param, std::string message) {
+  return InspectError{400, std::move(code), std::move(param), std::move(message)};
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// "application/json", optionally followed by parameters ("; charset=utf-8").
+bool is_json_content_type(std::string_view content_type) {
+  const std::size_t semicolon = content_type.find(';');
+  return iequals(trim(content_type.substr(0, semicolon)), kJsonMediaType);
+}
+
+// Bracket depth outside strings. Run before parsing so that depth is bounded whatever the parser
+// does internally; on malformed input the count may be off, but then the parser rejects it anyway.
+bool nesting_within_limit(std::string_view body) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) {
+        return false;
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::variant<RequestInfo, InspectError> inspect_request(std::string_view content_type,
+                                                        std::string_view body) {
+  if (!is_json_content_type(content_type)) {
+    return InspectError{415, "unsupported_media_type", "", "Content-Type must be application/json"};
+  }
+  if (body.empty()) {
+    return bad_request("invalid_json", "", "request body is empty; expected a JSON object");
+  }
+  if (!nesting_within_limit(body)) {
+    return bad_request("invalid_json", "",
+                       "request body nests deeper than " + std::to_string(kMaxDepth) + " levels");
+  }
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(body);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.what() quotes the text around the error, so only the byte offset is reported.
+    return bad_request(
+        "invalid_json", "",
+        "request body is not valid JSON (error at byte " + std::to_string(e.byte) + ")");
+  } catch (const nlohmann::json::exception&) {
+    return bad_request("invalid_json", "", "request body is not valid JSON");
+  }
+  if (!doc.is_object()) {
+    return bad_request("invalid_request", "", "request body must be a JSON object");
+  }
+
+  RequestInfo info;
+  const auto model = doc.find("model");
+  if (model == doc.end() || model->is_null()) {
+    return bad_request("missing_model", "model", "you must provide a model parameter");
+  }
+  if (!model->is_string()) {
+    return bad_request("invalid_model", "model", "'model' must be a string");
+  }
+  info.model = model->get<std::string>();
+  if (info.model.empty()) {
+    return bad_request("missing_model", "model", "you must provide a model parameter");
+  }
+
+  // null is accepted wherever an optional field is: OpenAI and its SDKs treat it as "not given".
+  const auto stream = doc.find("stream");
+  if (stream != doc.end() && !stream->is_null()) {
+    if (!stream->is_boolean()) {
+      return bad_request("invalid_type", "stream", "'stream' must be a boolean");
+    }
+    info.stream = stream->get<bool>();
+  }
+
+  const auto options = doc.find("stream_options");
+  if (options != doc.end() && !options->is_null()) {
+    if (!options->is_object()) {
+      return bad_request("invalid_type", "stream_options", "'stream_options' must be an object");
+    }
+    const auto usage = options->find("include_usage");
+    if (usage != options->end() && !usage->is_null()) {
+      if (!usage->is_boolean()) {
+        return bad_request("invalid_type", "stream_options.include_usage",
+                           "'stream_options.include_usage' must be a boolean");
+      }
+      info.include_usage = usage->get<bool>();
+    }
+  }
+  return info;
+}
+
+}  // namespace fg::openai

@@ -1,0 +1,31 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <variant>
+
+namespace fg::openai {
+
+// What the gateway needs from a client's request body; the body itself is forwarded unchanged.
+struct RequestInfo {
+  std::string model;
+  bool stream = false;         // "stream": true
+  bool include_usage = false;  // "stream_options": {"include_usage": true}
+};
+
+// A request the gateway refuses before routing, as an HTTP status and an OpenAI error.
+struct InspectError {
+  int status = 400;    // 400 malformed, 415 bad content type
+  std::string code;    // e.g. "invalid_json", "missing_model", "unsupported_media_type"
+  std::string param;   // the offending field when there is one ("model", "stream")
+  std::string message; // says exactly what is wrong, never echoes the body
+};
+
+// Inspects a POST body for /v1/chat/completions, /v1/completions or /v1/embeddings.
+// content_type must be application/json (parameters such as charset allowed, case-insensitive).
+// The body must be a JSON object with a non-empty string "model"; "stream", when present, must be
+// a boolean; "stream_options", when present, an object.
+std::variant<RequestInfo, InspectError> inspect_request(std::string_view content_type,
+                                                        std::string_view body);
+
+}  // namespace fg::openai

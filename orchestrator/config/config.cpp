@@ -1,0 +1,582 @@
+#include "orchestrator/config/config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <utility>
+
+#include "common/util/duration.hpp"
+
+namespace fg::config {
+namespace {
+
+// Key names each section accepts. Kept next to the parser so a new field cannot be parsed
+// without also being accepted (and suggested in "did you mean").
+const std::vector<std::string> kRootKeys = {"server",  "admin",    "models",
+                                            "routing", "upstream", "log"};
+const std::vector<std::string> kServerKeys = {"listen",         "tls",          "api_keys_env",
+                                              "max_body_bytes", "read_timeout", "drain_timeout"};
+const std::vector<std::string> kTlsKeys = {"cert", "key"};
+const std::vector<std::string> kAdminKeys = {"listen"};
+const std::vector<std::string> kModelKeys = {"name", "replicas", "slots", "endpoints"};
+const std::vector<std::string> kEndpointKeys = {"url", "slots"};
+const std::vector<std::string> kRoutingKeys = {"queue_max", "queue_timeout", "retries",
+                                               "keepalive_interval"};
+const std::vector<std::string> kUpstreamKeys = {"api_key_env",     "ca_file",
+                                                "connect_timeout", "first_byte_timeout",
+                                                "idle_timeout",    "max_idle_per_replica"};
+const std::vector<std::string> kLogKeys = {"level"};
+const std::vector<std::string> kLogLevels = {"debug", "info", "warn", "error"};
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> prev(b.size() + 1);
+  std::vector<std::size_t> cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) {
+    prev[j] = j;
+  }
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t subst = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, subst});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// The closest known key within edit distance 2, or "" when nothing is close enough.
+std::string closest_key(const std::string& key, const std::vector<std::string>& known) {
+  std::string best;
+  std::size_t best_distance = 3;
+  for (const auto& candidate : known) {
+    const std::size_t d = edit_distance(key, candidate);
+    if (d < best_distance) {
+      best = candidate;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+bool is_env_name(const std::string& s) {
+  if (s.empty()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    const bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+    const bool digit = c >= '0' && c <= '9';
+    if (!alpha && !(digit && i > 0)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string quoted(const std::string& s) {
+  return "\"" + s + "\"";
+}
+
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Scalar:
+      return quoted(node.Scalar());
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+std::string join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+std::string index_path(const std::string& path, std::size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+// A checked YAML map: its keys are known and unique, and values are looked up by name.
+struct Section {
+  std::string path;  // dotted path of the map itself ("" for the root)
+  int line = 1;      // 1-based line of the map, used for keys that are missing
+  std::map<std::string, YAML::Node> values;
+  std::map<std::string, int> key_lines;  // 1-based line of each key
+
+  const YAML::Node* find(const std::string& key) const {
+    auto it = values.find(key);
+    return it == values.end() ? nullptr : &it->second;
+  }
+};
+
+class Parser {
+ public:
+  explicit Parser(std::string source) : source_(std::move(source)) {}
+
+  Config parse(const std::string& text) {
+    std::vector<YAML::Node> docs;
+    try {
+      docs = YAML::LoadAll(text);
+    } catch (const YAML::Exception& e) {
+      fail(e.mark.is_null() ? 1 : e.mark.line + 1, "(syntax)", e.msg);
+    }
+    if (docs.size() > 1) {
+      fail(line_of(docs[1], 1), "(root)",
+           "only one YAML document is allowed (found a second '---')");
+    }
+    Config config;
+    if (docs.empty() || docs[0].IsNull()) {
+      fail(1, "models", "missing; at least one model is required (the file is empty)");
+    }
+    const YAML::Node& root = docs[0];
+    if (!root.IsMap()) {
+      fail(line_of(root, 1), "(root)",
+           "expected a map of sections (server, admin, models, ...), got " + describe(root));
+    }
+    const Section top = section(root, "", 1, kRootKeys);
+    if (const auto* n = top.find("server")) {
+      parse_server(*n, value_line(top, "server"), config.server);
+    }
+    if (const auto* n = top.find("admin")) {
+      const Section s = section(*n, "admin", value_line(top, "admin"), kAdminKeys);
+      admin_listen_line_ = read_host_port(s, "listen", config.admin.listen);
+    }
+    const YAML::Node* models = top.find("models");
+    if (models == nullptr) {
+      fail(top.line, "models", "missing; at least one model is required");
+    }
+    parse_models(*models, value_line(top, "models"), config.models);
+    if (const auto* n = top.find("routing")) {
+      parse_routing(*n, value_line(top, "routing"), config.routing);
+    }
+    if (const auto* n = top.find("upstream")) {
+      parse_upstream(*n, value_line(top, "upstream"), config.upstream);
+    }
+    if (const auto* n = top.find("log")) {
+      const Section s = section(*n, "log", value_line(top, "log"), kLogKeys);
+      read_string(s, "level", config.log.level);
+      if (std::find(kLogLevels.begin(), kLogLevels.end(), config.log.level) == kLogLevels.end()) {
+        fail(value_line(s, "level"), "log.level",
+             "expected one of debug, info, warn, error, got " + quoted(config.log.level));
+      }
+    }
+    check_listeners(config);
+    return config;
+  }
+
+ private:
+  [[noreturn]] void fail(int line, const std::string& path, const std::string& what) const {
+    throw ConfigError(source_ + ":" + std::to_string(line) + ": " + path + ": " + what);
+  }
+
+  static int line_of(const YAML::Node& node, int fallback) {
+    const YAML::Mark mark = node.Mark();
+    return mark.is_null() ? fallback : mark.line + 1;
+  }
+
+  // The line to blame for key's value. A key with no value gets the key's own line: yaml-cpp
+  // marks an empty value where the next token starts, often on a later line.
+  static int value_line(const Section& s, const std::string& key) {
+    const auto k = s.key_lines.find(key);
+    const int key_line = k == s.key_lines.end() ? s.line : k->second;
+    const YAML::Node* n = s.find(key);
+    if (n == nullptr || n->IsNull()) {
+      return key_line;
+    }
+    return line_of(*n, key_line);
+  }
+
+  // Checks that node is a map with only known, unique keys. A section written with no value
+  // ("server:") counts as empty, so commenting out all its keys keeps the file valid.
+  // parent_line is blamed when node is empty and has no useful position of its own.
+  Section section(const YAML::Node& node, const std::string& path, int parent_line,
+                  const std::vector<std::string>& known) const {
+    Section s;
+    s.path = path;
+    s.line = node.IsNull() ? parent_line : line_of(node, parent_line);
+    if (node.IsNull()) {
+      return s;
+    }
+    if (!node.IsMap()) {
+      fail(s.line, path, "expected a map, got " + describe(node));
+    }
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node key_node = it->first;
+      const int key_line = line_of(key_node, s.line);
+      if (!key_node.IsScalar()) {
+        fail(key_line, path.empty() ? "(root)" : path,
+             "keys must be plain names, got " + describe(key_node));
+      }
+      const std::string& key = key_node.Scalar();
+      const std::string key_path = join(path, key);
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        std::string what = "unknown key";
+        if (const std::string hint = closest_key(key, known); !hint.empty()) {
+          what += "; did you mean '" + hint + "'?";
+        }
+        fail(key_line, key_path, what);
+      }
+      // yaml-cpp keeps the first of two equal keys silently; a repeated key is a mistake.
+      if (!s.values.emplace(key, it->second).second) {
+        fail(key_line, key_path, "duplicate key");
+      }
+      s.key_lines[key] = key_line;
+    }
+    return s;
+  }
+
+  // Reads a scalar's text. A key with no value reads as "" (strings only).
+  bool read_string(const Section& s, const std::string& key, std::string& out) const {
+    const YAML::Node* n = s.find(key);
+    if (n == nullptr) {
+      return false;
+    }
+    if (n->IsNull()) {
+      out.clear();
+      return true;
+    }
+    if (!n->IsScalar()) {
+      fail(value_line(s, key), join(s.path, key), "expected a string, got " + describe(*n));
+    }
+    out = n->Scalar();
+    return true;
+  }
+
+  // Reads a non-negative whole number no larger than max.
+  bool read_uint(const Section& s, const std::string& key, std::uint64_t max,
+                 std::uint64_t& out) const {
+    const YAML::Node* n = s.find(key);
+    if (n == nullptr) {
+      return false;
+    }
+    const int line = value_line(s, key);
+    const std::string path = join(s.path, key);
+    if (!n->IsScalar()) {
+      fail(line, path, "expected a whole number, got " + describe(*n));
+    }
+    const std::string& text = n->Scalar();
+    std::string digits = text;
+    const bool negative = !digits.empty() && digits[0] == '-';
+    if (negative) {
+      digits.erase(0, 1);
+    }
+    const bool all_digits =
+        !digits.empty() &&
+        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!all_digits) {
+      fail(line, path, "expected a whole number, got " + quoted(text));
+    }
+    if (negative) {
+      fail(line, path, "must not be negative, got " + text);
+    }
+    std::uint64_t v = 0;
+    for (char c : digits) {
+      const std::uint64_t d = static_cast<std::uint64_t>(c - '0');
+      if (v > (max - d) / 10) {
+        fail(line, path, "must be at most " + std::to_string(max) + ", got " + text);
+      }
+      v = v * 10 + d;
+    }
+    out = v;
+    return true;
+  }
+
+  bool read_u32(const Section& s, const std::string& key, std::uint32_t& out) const {
+    std::uint64_t v = 0;
+    if (!read_uint(s, key, std::numeric_limits<std::uint32_t>::max(), v)) {
+      return false;
+    }
+    out = static_cast<std::uint32_t>(v);
+    return true;
+  }
+
+  // Reads a u32 that must lie in [min, max].
+  void read_u32_in(const Section& s, const std::string& key, std::uint32_t min, std::uint32_t max,
+                   std::uint32_t& out) const {
+    std::uint32_t v = 0;
+    if (!read_u32(s, key, v)) {
+      return;
+    }
+    if (v < min || v > max) {
+      fail(value_line(s, key), join(s.path, key),
+           "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " +
+               std::to_string(v));
+    }
+    out = v;
+  }
+
+  void read_positive_u32(const Section& s, const std::string& key, std::uint32_t& out) const {
+    std::uint32_t v = 0;
+    if (!read_u32(s, key, v)) {
+      return;
+    }
+    if (v == 0) {
+      fail(value_line(s, key), join(s.path, key), "must be greater than 0");
+    }
+    out = v;
+  }
+
+  // Reads "250ms", "30s", "5m", "1h". A bare number is refused: the unit must be explicit.
+  void read_duration(const Section& s, const std::string& key, bool allow_zero,
+                     milliseconds& out) const {
+    const YAML::Node* n = s.find(key);
+    if (n == nullptr) {
+      return;
+    }
+    const int line = value_line(s, key);
+    const std::string path = join(s.path, key);
+    // The default, spelled in seconds as the docs do ("600s" rather than "10m").
+    const std::string example =
+        out.count() % 1000 == 0 ? std::to_string(out.count() / 1000) + "s" : format_duration(out);
+    if (!n->IsScalar()) {
+      fail(line, path, "expected a duration such as " + example + ", got " + describe(*n));
+    }
+    const std::string& text = n->Scalar();
+    const auto parsed = parse_duration(text);
+    if (!parsed) {
+      std::string what = "expected a duration such as " + example + ", got " + quoted(text);
+      const bool bare_number = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      });
+      if (bare_number) {
+        what += " (add a unit: ms, s, m or h)";
+      }
+      fail(line, path, what);
+    }
+    if (!allow_zero && parsed->count() == 0) {
+      fail(line, path, "must be greater than 0");
+    }
+    out = *parsed;
+  }
+
+  // Reads the name of an environment variable; "" means unset.
+  void read_env_name(const Section& s, const std::string& key, std::string& out) const {
+    if (!read_string(s, key, out) || out.empty()) {
+      return;
+    }
+    if (!is_env_name(out)) {
+      fail(value_line(s, key), join(s.path, key),
+           "expected an environment variable name (letters, digits, '_'; not starting with a "
+           "digit), got " +
+               quoted(out));
+    }
+  }
+
+  // Returns the line of the value, or 0 when the key is absent.
+  int read_host_port(const Section& s, const std::string& key, net::HostPort& out) const {
+    std::string text;
+    if (!read_string(s, key, text)) {
+      return 0;
+    }
+    std::string error;
+    const auto parsed = net::parse_host_port(text, &error);
+    if (!parsed) {
+      fail(value_line(s, key), join(s.path, key),
+           "expected host:port such as 127.0.0.1:8080, got " + quoted(text) +
+               (error.empty() ? "" : " (" + error + ")"));
+    }
+    out = *parsed;
+    return value_line(s, key);
+  }
+
+  void parse_server(const YAML::Node& node, int line, ServerConfig& out) {
+    const Section s = section(node, "server", line, kServerKeys);
+    server_listen_line_ = read_host_port(s, "listen", out.listen);
+    if (const auto* n = s.find("tls")) {
+      const Section tls = section(*n, "server.tls", value_line(s, "tls"), kTlsKeys);
+      read_string(tls, "cert", out.tls.cert);
+      read_string(tls, "key", out.tls.key);
+      if (!out.tls.cert.empty() && out.tls.key.empty()) {
+        fail(value_line(tls, "cert"), "server.tls.key",
+             "missing; required when server.tls.cert is set");
+      }
+      if (out.tls.cert.empty() && !out.tls.key.empty()) {
+        fail(value_line(tls, "key"), "server.tls.cert",
+             "missing; required when server.tls.key is set");
+      }
+    }
+    read_env_name(s, "api_keys_env", out.api_keys_env);
+    std::uint64_t body = out.max_body_bytes;
+    if (read_uint(s, "max_body_bytes", std::numeric_limits<std::uint64_t>::max(), body)) {
+      if (body == 0) {
+        fail(value_line(s, "max_body_bytes"), "server.max_body_bytes", "must be greater than 0");
+      }
+      out.max_body_bytes = body;
+    }
+    read_duration(s, "read_timeout", false, out.read_timeout);
+    read_duration(s, "drain_timeout", true, out.drain_timeout);
+  }
+
+  void parse_models(const YAML::Node& node, int line, std::vector<ModelConfig>& out) {
+    if (!node.IsSequence()) {
+      fail(line, "models", "expected a list of models, got " + describe(node));
+    }
+    if (node.size() == 0) {
+      fail(line, "models", "at least one model is required");
+    }
+    std::map<std::string, std::string> names;  // name -> where it was first defined
+    for (std::size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node m = node[i];
+      ModelConfig model;
+      const int name_line = parse_model(m, index_path("models", i), line, model);
+      const std::string where =
+          index_path("models", i) + " (line " + std::to_string(name_line) + ")";
+      if (auto [it, fresh] = names.emplace(model.name, where); !fresh) {
+        fail(name_line, index_path("models", i) + ".name",
+             "duplicate model name " + quoted(model.name) + "; already defined at " + it->second);
+      }
+      out.push_back(std::move(model));
+    }
+  }
+
+  // Returns the line of the model's name, for the duplicate-name check.
+  int parse_model(const YAML::Node& node, const std::string& path, int parent_line,
+                  ModelConfig& out) {
+    const Section s = section(node, path, parent_line, kModelKeys);
+    if (node.IsNull()) {
+      fail(s.line, path, "expected a map with at least 'name', got nothing");
+    }
+    if (!read_string(s, "name", out.name)) {
+      fail(s.line, join(path, "name"), "missing; every model needs the name clients send");
+    }
+    const int name_line = value_line(s, "name");
+    if (out.name.empty()) {
+      fail(name_line, join(path, "name"), "must not be empty");
+    }
+    read_u32(s, "replicas", out.replicas);
+    read_u32_in(s, "slots", 1, kMaxSlots, out.slots);
+    const YAML::Node* eps = s.find("endpoints");
+    if (eps == nullptr || eps->IsNull()) {
+      return name_line;
+    }
+    const std::string eps_path = join(path, "endpoints");
+    const int eps_line = value_line(s, "endpoints");
+    if (!eps->IsSequence()) {
+      fail(eps_line, eps_path, "expected a list of endpoints, got " + describe(*eps));
+    }
+    for (std::size_t i = 0; i < eps->size(); ++i) {
+      out.endpoints.push_back(
+          parse_endpoint((*eps)[i], index_path(eps_path, i), eps_line, out.slots));
+    }
+    return name_line;
+  }
+
+  // An endpoint is a URL string, or a map {url, slots}.
+  Endpoint parse_endpoint(const YAML::Node& node, const std::string& path, int parent_line,
+                          std::uint32_t model_slots) {
+    Endpoint ep;
+    ep.slots = model_slots;
+    std::string text;
+    int url_line = line_of(node, parent_line);
+    std::string url_path = path;
+    if (node.IsScalar()) {
+      text = node.Scalar();
+    } else if (node.IsMap()) {
+      const Section s = section(node, path, parent_line, kEndpointKeys);
+      url_path = join(path, "url");
+      if (!read_string(s, "url", text)) {
+        fail(s.line, url_path, "missing; an endpoint map needs a url");
+      }
+      url_line = value_line(s, "url");
+      read_u32_in(s, "slots", 1, kMaxSlots, ep.slots);
+    } else {
+      fail(url_line, path, "expected a URL or a map {url, slots}, got " + describe(node));
+    }
+    std::string error;
+    const auto url = net::parse_url(text, &error);
+    if (!url) {
+      fail(url_line, url_path, "invalid URL " + quoted(text) + (error.empty() ? "" : ": " + error));
+    }
+    ep.url = *url;
+    const std::string normalised = ep.url.to_string();
+    const std::string where = path + " (line " + std::to_string(url_line) + ")";
+    if (auto [it, fresh] = endpoint_urls_.emplace(normalised, where); !fresh) {
+      fail(url_line, url_path,
+           "duplicate endpoint " + normalised + "; already listed at " + it->second);
+    }
+    return ep;
+  }
+
+  void parse_routing(const YAML::Node& node, int line, RoutingConfig& out) const {
+    const Section s = section(node, "routing", line, kRoutingKeys);
+    read_positive_u32(s, "queue_max", out.queue_max);
+    read_duration(s, "queue_timeout", false, out.queue_timeout);
+    read_u32(s, "retries", out.retries);
+    read_duration(s, "keepalive_interval", true, out.keepalive_interval);
+  }
+
+  void parse_upstream(const YAML::Node& node, int line, UpstreamConfig& out) const {
+    const Section s = section(node, "upstream", line, kUpstreamKeys);
+    read_env_name(s, "api_key_env", out.api_key_env);
+    read_string(s, "ca_file", out.ca_file);
+    read_duration(s, "connect_timeout", false, out.connect_timeout);
+    read_duration(s, "first_byte_timeout", false, out.first_byte_timeout);
+    read_duration(s, "idle_timeout", false, out.idle_timeout);
+    read_u32(s, "max_idle_per_replica", out.max_idle_per_replica);
+  }
+
+  // Two listeners on one address would make the second bind fail at startup; say so now.
+  void check_listeners(const Config& config) const {
+    const net::HostPort& pub = config.server.listen;
+    const net::HostPort& adm = config.admin.listen;
+    if (pub.port == 0 || pub.port != adm.port || !hosts_overlap(pub.host, adm.host)) {
+      return;
+    }
+    // Blame the address the operator wrote; with both defaulted this cannot happen.
+    if (admin_listen_line_ != 0) {
+      fail(admin_listen_line_, "admin.listen",
+           "must differ from server.listen (both are " + adm.to_string() + ")");
+    }
+    fail(server_listen_line_ != 0 ? server_listen_line_ : 1, "server.listen",
+         "must differ from admin.listen (both are " + pub.to_string() + ")");
+  }
+
+  // Whether binding both hosts on one port would collide: the same host, or a wildcard that
+  // covers the other ("::" covers everything on a dual-stack host, "0.0.0.0" all of IPv4).
+  static bool hosts_overlap(const std::string& a, const std::string& b) {
+    if (a == b || a == "::" || b == "::") {
+      return true;
+    }
+    const bool a_v6 = a.find(':') != std::string::npos;
+    const bool b_v6 = b.find(':') != std::string::npos;
+    return (a == "0.0.0.0" && !b_v6) || (b == "0.0.0.0" && !a_v6);
+  }
+
+  std::string source_;
+  std::map<std::string, std::string> endpoint_urls_;  // normalised URL -> where first listed
+  int server_listen_line_ = 0;                        // 0 = not written in the file
+  int admin_listen_line_ = 0;
+};
+
+}  // namespace
+
+Config load_config_string(const std::string& text, const std::string& source) {
+  return Parser(source).parse(text);
+}
+
+Config load_config_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ConfigError(path + ": cannot read the configuration file: " + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    throw ConfigError(path + ": cannot read the configuration file");
+  }
+  return load_config_string(text.str(), path);
+}
+
+}  // namespace fg::config

@@ -1,0 +1,104 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/net/url.hpp"
+
+namespace fg::config {
+
+using std::chrono::milliseconds;
+
+// Upper bound for slots: far beyond what one phone can serve, low enough to catch typos.
+inline constexpr std::uint32_t kMaxSlots = 1024;
+
+struct TlsFiles {
+  std::string cert;  // PEM file; empty = no TLS
+  std::string key;
+  bool enabled() const { return !cert.empty(); }
+};
+
+struct ServerConfig {
+  net::HostPort listen{"127.0.0.1", 8080};
+  TlsFiles tls;
+  std::string api_keys_env;  // name of an env var with comma-separated keys
+  std::uint64_t max_body_bytes = 4 * 1024 * 1024;
+  milliseconds read_timeout{30'000};   // to receive one request's headers and body
+  milliseconds drain_timeout{30'000};  // SIGTERM: in-flight requests get this long
+};
+
+struct AdminConfig {
+  net::HostPort listen{"127.0.0.1", 9090};
+};
+
+struct Endpoint {
+  net::Url url;
+  std::uint32_t slots = 0;  // resolved: the endpoint's own, else the model's
+};
+
+struct ModelConfig {
+  std::string name;
+  std::uint32_t replicas = 0;  // desired replica count (0 = not stated: the endpoint count)
+  std::uint32_t slots = 1;     // default slots per replica
+  std::vector<Endpoint> endpoints;
+  // The fleet size to aim for: replicas when stated, else the number of static endpoints.
+  std::uint32_t desired_replicas() const {
+    return replicas != 0 ? replicas : static_cast<std::uint32_t>(endpoints.size());
+  }
+};
+
+struct RoutingConfig {
+  std::uint32_t queue_max = 10000;
+  milliseconds queue_timeout{600'000};
+  std::uint32_t retries = 2;
+  milliseconds keepalive_interval{15'000};  // SSE ": keep-alive" while waiting; 0 = never
+};
+
+struct UpstreamConfig {
+  std::string api_key_env;
+  std::string ca_file;
+  milliseconds connect_timeout{10'000};
+  milliseconds first_byte_timeout{600'000};
+  milliseconds idle_timeout{120'000};
+  std::uint32_t max_idle_per_replica = 8;  // pooled keep-alive connections kept per replica
+};
+
+struct LogConfig {
+  std::string level = "info";
+};
+
+struct Config {
+  ServerConfig server;
+  AdminConfig admin;
+  std::vector<ModelConfig> models;
+  RoutingConfig routing;
+  UpstreamConfig upstream;
+  LogConfig log;
+  // The model with this name, or nullptr.
+  const ModelConfig* find_model(std::string_view name) const {
+    for (const auto& m : models) {
+      if (m.name == name) {
+        return &m;
+      }
+    }
+    return nullptr;
+  }
+};
+
+// A configuration problem. what() names the file, the line and the key:
+// "config/local.yaml:12: routing.queue_timeout: expected a duration such as 600s, got \"ten\"".
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses and validates YAML text; source names the file in messages. Throws ConfigError.
+Config load_config_string(const std::string& text, const std::string& source);
+// Reads a file and calls load_config_string. Throws ConfigError (also for an unreadable file).
+Config load_config_file(const std::string& path);
+
+}  // namespace fg::config

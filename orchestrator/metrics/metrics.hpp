@@ -1,0 +1,55 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+namespace fg::metrics {
+
+// Every metric family of the gateway, declared in one place. Label values are bounded: models
+// and endpoints the gateway knows, status codes, replica ids; never prompts, keys or client IPs.
+class Metrics {
+ public:
+  Metrics();
+
+  // Called for each finished request. model is "" when the request named no configured model.
+  void request_done(const std::string& model, const std::string& endpoint, unsigned code,
+                    double duration_s, double queue_wait_s, double ttfb_s /* <0: none */);
+  void retry(const std::string& model);
+  void upstream_error(const std::string& model, const std::string& kind);
+  void queue_rejection(const std::string& model, const std::string& reason);
+  void tokens(const std::string& model, const std::string& kind, double count);
+
+  // Gauges that mirror state owned elsewhere are refreshed just before a scrape.
+  void set_queue_depth(const std::string& model, double depth);
+  void set_slots(const std::string& model, double busy, double free);
+  void set_replicas(const std::string& model, double configured, double desired);
+
+  // Prometheus text exposition format.
+  std::string scrape();
+  std::function<void()> before_scrape;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& duration_;
+  prometheus::Family<prometheus::Histogram>& ttfb_;
+  prometheus::Family<prometheus::Histogram>& queue_wait_;
+  prometheus::Family<prometheus::Counter>& retries_;
+  prometheus::Family<prometheus::Counter>& upstream_errors_;
+  prometheus::Family<prometheus::Counter>& queue_rejections_;
+  prometheus::Family<prometheus::Counter>& tokens_;
+  prometheus::Family<prometheus::Gauge>& queue_depth_;
+  prometheus::Family<prometheus::Gauge>& slots_;
+  prometheus::Family<prometheus::Gauge>& replicas_;
+  prometheus::Family<prometheus::Gauge>& replicas_desired_;
+  prometheus::Family<prometheus::Gauge>& build_info_;
+};
+
+}  // namespace fg::metrics

@@ -1,0 +1,466 @@
+#include "orchestrator/proxy/client_session.hpp"
+
+#include <array>
+#include <random>
+
+#include <openssl/crypto.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/log/log.hpp"
+#include "common/net/http_io.hpp"
+#include "common/openai/errors.hpp"
+#include "common/openai/inspect.hpp"
+#include "orchestrator/proxy/client_writer.hpp"
+#include "orchestrator/proxy/upstream.hpp"
+
+namespace fg::proxy {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using Clock = std::chrono::steady_clock;
+using namespace asio::experimental::awaitable_operators;
+
+namespace {
+
+constexpr std::size_t kHeaderLimit = 16 * 1024;
+// Pipelined bytes a client may send while its previous request is served before we stop reading
+// (and so stop noticing a disconnect) for that connection.
+constexpr std::size_t kPipelineCap = 64 * 1024;
+
+std::string new_request_id() {
+  static std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(16, '0');
+  auto bits = rng();
+  for (auto& c : id) {
+    c = kHex[bits & 0xf];
+    bits >>= 4;
+  }
+  return id;
+}
+
+// Built outside co_await expressions: GCC 12 cannot keep braced lists of string literals in a
+// coroutine frame.
+std::vector<net::Header> one_header(std::string name, std::string value) {
+  std::vector<net::Header> headers;
+  headers.emplace_back(std::move(name), std::move(value));
+  return headers;
+}
+
+std::vector<net::Header> retry_after_headers(std::string seconds) {
+  return one_header("Retry-After", std::move(seconds));
+}
+
+bool valid_request_id(std::string_view id) {
+  if (id.empty() || id.size() > 64) {
+    return false;
+  }
+  for (char c : id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool authorized(const ProxyContext& ctx, std::string_view header) {
+  if (ctx.api_keys.empty()) {
+    return true;
+  }
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) {
+    return false;
+  }
+  auto presented = header.substr(kBearer.size());
+  // Every key is compared, each in constant time, so timing reveals neither key nor position.
+  bool ok = false;
+  for (const auto& key : ctx.api_keys) {
+    if (key.size() == presented.size() &&
+        CRYPTO_memcmp(key.data(), presented.data(), key.size()) == 0) {
+      ok = true;
+    }
+  }
+  return ok;
+}
+
+std::string model_object(const std::string& name) {
+  return nlohmann::json{
+      {"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "fleetgate"}}
+      .dump();
+}
+
+// Completes only when the client is gone (EOF or error). Bytes a client pipelines meanwhile stay
+// in the session's buffer for the next request.
+asio::awaitable<void> watch_client(net::Conn* conn, boost::beast::flat_buffer* buffer) {
+  for (;;) {
+    if (buffer->size() >= kPipelineCap) {
+      asio::steady_timer forever(co_await asio::this_coro::executor,
+                                 asio::steady_timer::time_point::max());
+      co_await forever.async_wait(asio::as_tuple(asio::use_awaitable));
+      co_return;
+    }
+    auto [ec, n] = co_await conn->read_some(buffer->prepare(kPipelineCap - buffer->size()));
+    if (ec) {
+      co_return;
+    }
+    buffer->commit(n);
+  }
+}
+
+// Sends ": keep-alive" comments while a streamed request waits (queue, first token). Never
+// completes by itself: it is cancelled when the request ends.
+asio::awaitable<void> keepalive_loop(ClientWriter* writer, Clock::duration interval) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    timer.expires_after(interval);
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (writer->content_started() || writer->finished()) {
+      timer.expires_at(asio::steady_timer::time_point::max());
+      co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+      co_return;
+    }
+    co_await writer->keepalive();
+  }
+}
+
+// What one request did, for its log line.
+struct RequestRecord {
+  std::string model;
+  std::string endpoint;
+  std::string replica;
+  unsigned attempts = 0;
+  Clock::duration queue_wait{};
+  std::optional<std::uint64_t> prompt_tokens;
+  std::optional<std::uint64_t> completion_tokens;
+  std::string outcome = "ok";
+};
+
+// Binds the request to a replica (queueing if needed), relays, and fails over while nothing has
+// reached the client. Ends with exactly one response (or error event).
+asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
+                                 const openai::RequestInfo* info, ClientWriter* writer,
+                                 RequestRecord* record) {
+  const auto& routing = ctx->config->routing;
+  std::vector<ReplicaId> tried;
+  ExchangeResult last;
+  for (unsigned attempt = 0; attempt <= routing.retries; ++attempt) {
+    auto acquired = co_await ctx->broker->acquire(info->model, tried, routing.queue_timeout);
+    record->queue_wait += acquired.waited;
+    switch (acquired.error) {
+      case AcquireError::none:
+        break;
+      case AcquireError::queue_full:
+        record->outcome = "queue_full";
+        co_await writer->send_error(
+            429, "the queue for model '" + info->model + "' is full; retry later", "queue_full",
+            retry_after_headers("1"));
+        co_return;
+      case AcquireError::timeout:
+        record->outcome = "queue_timeout";
+        co_await writer->send_error(
+            503,
+            "no replica of model '" + info->model + "' became free within routing.queue_timeout",
+            "queue_timeout", retry_after_headers("5"));
+        co_return;
+      case AcquireError::unknown_model:
+        record->outcome = "model_not_found";
+        co_await writer->send_error(404, "the model '" + info->model + "' does not exist",
+                                    "model_not_found");
+        co_return;
+      case AcquireError::cancelled:
+        record->outcome = "client_gone";
+        co_return;
+    }
+    SlotLease lease = std::move(acquired.lease);
+    fleet::Replica* replica = ctx->registry->find(lease.replica());
+    if (replica == nullptr) {
+      continue;
+    }
+    ++record->attempts;
+    record->replica = replica->name;
+    ++replica->requests;
+    last = co_await exchange(ctx, replica, request, info, writer);
+    record->prompt_tokens = last.prompt_tokens;
+    record->completion_tokens = last.completion_tokens;
+    switch (last.kind) {
+      case ExchangeResult::Kind::done:
+        co_return;
+      case ExchangeResult::Kind::client_gone:
+        record->outcome = "client_gone";
+        co_return;
+      case ExchangeResult::Kind::failed_after_content:
+        ++replica->failures;
+        record->outcome = "upstream_failed_mid_stream";
+        co_return;
+      case ExchangeResult::Kind::retryable:
+        ++replica->failures;
+        tried.push_back(replica->id);
+        log::info("upstream attempt failed", {{"request_id", writer->request_id()},
+                                              {"replica", replica->name},
+                                              {"error", to_string(last.error)},
+                                              {"upstream_status", last.upstream_status}});
+        break;
+    }
+  }
+  // Every attempt failed before anything reached the client.
+  record->outcome = "upstream_failed";
+  std::vector<net::Header> extra;
+  unsigned status = 502;
+  std::string what;
+  if (last.error == UpstreamError::busy || last.error == UpstreamError::http_5xx) {
+    status = last.upstream_status == 429 ? 503 : last.upstream_status;
+    if (status == 503) {
+      extra.emplace_back("Retry-After", last.retry_after.empty() ? "5" : last.retry_after);
+    }
+    what = "answered HTTP " + std::to_string(last.upstream_status);
+  } else if (last.error == UpstreamError::timeout) {
+    status = 504;
+    what = "timed out";
+  } else {
+    what = "failed (" + std::string(to_string(last.error)) + ")";
+  }
+  co_await writer->send_error(status,
+                              "the request failed on " + std::to_string(record->attempts) +
+                                  " replica attempt(s); the last replica " + what,
+                              "upstream_error", std::move(extra));
+}
+
+void log_request(const ClientWriter& writer, const RequestRecord& record, Clock::time_point start) {
+  auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  nlohmann::json ttfb = nullptr;
+  if (auto first = writer.first_content_at()) {
+    ttfb = ms(*first - start);
+  }
+  log::info(
+      "request",
+      {{"request_id", writer.request_id()},
+       {"model", record.model},
+       {"endpoint", record.endpoint},
+       {"replica", record.replica},
+       {"status", writer.status()},
+       {"outcome", record.outcome},
+       {"attempts", record.attempts},
+       {"queue_wait_ms", ms(record.queue_wait)},
+       {"ttfb_ms", ttfb},
+       {"duration_ms", ms(Clock::now() - start)},
+       {"prompt_tokens",
+        record.prompt_tokens ? nlohmann::json(*record.prompt_tokens) : nlohmann::json(nullptr)},
+       {"completion_tokens", record.completion_tokens ? nlohmann::json(*record.completion_tokens)
+                                                      : nlohmann::json(nullptr)}});
+}
+
+// Serves one request; returns whether the connection may carry another.
+asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
+                                     boost::beast::flat_buffer* buffer, net::Request* request) {
+  const auto start = Clock::now();
+  auto given_id = (*request)["X-Request-Id"];
+  std::string request_id = valid_request_id(given_id) ? std::string(given_id) : new_request_id();
+  bool keep_alive = request->keep_alive() && !ctx->sessions->draining();
+  ClientWriter writer(*conn, request_id, keep_alive, ctx->config->upstream.idle_timeout);
+  RequestRecord record;
+
+  std::string_view target(request->target().data(), request->target().size());
+  std::string_view path = target.substr(0, target.find('?'));
+  record.endpoint = std::string(path);
+  const auto method = request->method();
+
+  auto finish = [&]() -> bool { return writer.keep_alive() && writer.finished(); };
+
+  if (path.substr(0, 4) != "/v1/" && path != "/v1") {
+    co_await writer.send_error(404, "no route for " + std::string(path), "not_found");
+    co_return finish();
+  }
+  if (!authorized(*ctx, (*request)[http::field::authorization])) {
+    record.outcome = "unauthorized";
+    co_await writer.send_error(401, "a valid API key is required (Authorization: Bearer <key>)",
+                               "invalid_api_key", one_header("WWW-Authenticate", "Bearer"));
+    co_return finish();
+  }
+
+  if (path == "/v1/models" || path.substr(0, 11) == "/v1/models/") {
+    if (method != http::verb::get) {
+      co_await writer.send_error(405, "use GET for " + std::string(path), "method_not_allowed",
+                                 one_header("Allow", "GET"));
+      co_return finish();
+    }
+    if (path == "/v1/models") {
+      auto data = nlohmann::json::array();
+      for (const auto& model : ctx->config->models) {
+        data.push_back(nlohmann::json::parse(model_object(model.name)));
+      }
+      nlohmann::json list;
+      list["object"] = "list";
+      list["data"] = std::move(data);
+      co_await writer.send_full(200, "application/json", list.dump());
+      co_return finish();
+    }
+    std::string id(path.substr(11));
+    for (const auto& model : ctx->config->models) {
+      if (model.name == id) {
+        co_await writer.send_full(200, "application/json", model_object(model.name));
+        co_return finish();
+      }
+    }
+    co_await writer.send_error(404, "the model '" + id + "' does not exist", "model_not_found");
+    co_return finish();
+  }
+
+  if (path != "/v1/chat/completions" && path != "/v1/completions" && path != "/v1/embeddings") {
+    co_await writer.send_error(404, "no route for " + std::string(path), "not_found");
+    co_return finish();
+  }
+  if (method != http::verb::post) {
+    co_await writer.send_error(405, "use POST for " + std::string(path), "method_not_allowed",
+                               one_header("Allow", "POST"));
+    co_return finish();
+  }
+
+  auto inspected = openai::inspect_request((*request)[http::field::content_type], request->body());
+  if (auto* error = std::get_if<openai::InspectError>(&inspected)) {
+    record.outcome = "bad_request";
+    co_await writer.send_error(static_cast<unsigned>(error->status), error->message, error->code);
+    log_request(writer, record, start);
+    co_return finish();
+  }
+  auto info = std::get<openai::RequestInfo>(inspected);
+  record.model = info.model;
+  if (!ctx->broker->scheduler().has_model(info.model)) {
+    record.outcome = "model_not_found";
+    co_await writer.send_error(404, "the model '" + info.model + "' does not exist",
+                               "model_not_found");
+    log_request(writer, record, start);
+    co_return finish();
+  }
+
+  // The client may vanish at any time (watch_client); streamed requests get keep-alive comments
+  // while they wait. Whichever ends first cancels the others.
+  conn->expires_never();
+  const auto interval = ctx->config->routing.keepalive_interval;
+  bool client_gone = false;
+  if (info.stream && interval.count() > 0) {
+    auto done =
+        co_await (watch_client(conn, buffer) || proxy_flow(ctx, request, &info, &writer, &record) ||
+                  keepalive_loop(&writer, interval));
+    client_gone = done.index() == 0;
+  } else {
+    auto done =
+        co_await (watch_client(conn, buffer) || proxy_flow(ctx, request, &info, &writer, &record));
+    client_gone = done.index() == 0;
+  }
+  if (client_gone) {
+    record.outcome = "client_gone";
+  }
+  log_request(writer, record, start);
+  co_return !client_gone && finish();
+}
+
+}  // namespace
+
+std::uint64_t SessionTracker::add(net::Conn* conn) {
+  auto id = next_id_++;
+  sessions_.emplace(id, Entry{conn, false});
+  return id;
+}
+
+void SessionTracker::remove(std::uint64_t id) {
+  sessions_.erase(id);
+  if (draining_ && sessions_.empty() && on_drained) {
+    auto callback = std::move(on_drained);
+    on_drained = nullptr;
+    callback();
+  }
+}
+
+void SessionTracker::set_busy(std::uint64_t id, bool busy) {
+  auto it = sessions_.find(id);
+  if (it != sessions_.end()) {
+    it->second.busy = busy;
+    if (!busy && draining_) {
+      it->second.conn->close();
+    }
+  }
+}
+
+void SessionTracker::begin_drain() {
+  draining_ = true;
+  for (auto& [id, entry] : sessions_) {
+    if (!entry.busy) {
+      entry.conn->close();
+    }
+  }
+  if (sessions_.empty() && on_drained) {
+    auto callback = std::move(on_drained);
+    on_drained = nullptr;
+    callback();
+  }
+}
+
+void SessionTracker::close_all() {
+  for (auto& [id, entry] : sessions_) {
+    entry.conn->close();
+  }
+}
+
+asio::awaitable<void> run_client_session(ProxyContext* ctx, std::unique_ptr<net::Conn> conn) {
+  struct Tracked {
+    SessionTracker* tracker;
+    std::uint64_t id;
+    ~Tracked() { tracker->remove(id); }
+  } tracked{ctx->sessions, ctx->sessions->add(conn.get())};
+
+  const auto& server = ctx->config->server;
+  net::RequestLimits limits;
+  limits.header_limit = kHeaderLimit;
+  limits.body_limit = server.max_body_bytes;
+  limits.timeout = server.read_timeout;
+  boost::beast::flat_buffer buffer(server.max_body_bytes + kHeaderLimit + kPipelineCap);
+
+  for (;;) {
+    if (ctx->sessions->draining()) {
+      break;
+    }
+    net::Request request;
+    auto outcome = co_await net::read_request(*conn, buffer, limits, server.read_timeout, request);
+    if (outcome == net::ReadOutcome::closed || outcome == net::ReadOutcome::timeout) {
+      break;
+    }
+    ctx->sessions->set_busy(tracked.id, true);
+    if (outcome != net::ReadOutcome::ok) {
+      ClientWriter writer(*conn, new_request_id(), false, server.read_timeout);
+      if (outcome == net::ReadOutcome::body_too_large) {
+        co_await writer.send_error(413,
+                                   "the request body exceeds server.max_body_bytes (" +
+                                       std::to_string(server.max_body_bytes) + " bytes)",
+                                   "request_too_large");
+      } else if (outcome == net::ReadOutcome::header_too_large) {
+        co_await writer.send_error(431, "the request headers are too large", "headers_too_large");
+      } else {
+        co_await writer.send_error(400, "malformed HTTP request", "bad_request");
+      }
+      break;
+    }
+    bool again = co_await handle_request(ctx, conn.get(), &buffer, &request);
+    if (!again) {
+      break;
+    }
+    ctx->sessions->set_busy(tracked.id, false);
+  }
+  // Lingering close: half-close, then read what the client still sends until it closes too, so
+  // that unread input does not turn our last response into a reset.
+  co_await conn->shutdown();
+  std::array<char, 4096> sink;
+  conn->expires_after(std::chrono::seconds(2));
+  for (int i = 0; i < 64 && conn->is_open(); ++i) {
+    auto [ec, n] = co_await conn->read_some(asio::buffer(sink));
+    if (ec) {
+      break;
+    }
+  }
+  conn->close();
+}
+
+}  // namespace fg::proxy

@@ -1,0 +1,305 @@
+#include "replica-agent/engines/sim_model.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace fg::sim {
+
+namespace {
+
+// Figures from /work/shared/context.md (a public field report: Snapdragon 8 Elite class phones,
+// MNN engine). The 7,000-token prompt timings are the best measure of sustained prefill, so
+// prefill_tps is 7,000 / seconds; short prompts peak higher (85.2 tok/s on 9B), which we ignore.
+const std::vector<SimProfile> kProfiles = {
+    {
+        .name = "qwen3.5-9b/snapdragon-8-elite",
+        .slots = 1,  // 5.7 GB GGUF on a 16 GB phone: ~0.8 GB spare, no room for a second chat
+        .prefill_tps = 7000.0 / 195.0,  // 7,000-token prompt read in 3 min 15 s (~35.9 tok/s)
+        .decode_tps = 9.3,              // measured
+        .parallel_decode_scaling = {1.0},
+        .default_max_tokens = 16,  // estimate: one short line such as "RISK_LEVEL: 5"
+        .source = "measured: 7,000-token prompt in 195 s (3 min 15 s), decode 9.3 tok/s; "
+                  "85.2 tok/s prefill is a short-prompt peak, not used; answer length estimated",
+    },
+    {
+        .name = "qwen3.5-4b/snapdragon-8-elite",
+        .slots = 1,                    // fits 8 GB phones, one chat
+        .prefill_tps = 7000.0 / 97.0,  // 7,000-token prompt read in 1 min 37 s (~72.2 tok/s)
+        // Not measured. Decode is memory-bandwidth bound and the 4B weights are a bit under half
+        // the 9B's, so roughly twice 9.3 tok/s.
+        .decode_tps = 18.0,
+        .parallel_decode_scaling = {1.0},
+        .default_max_tokens = 16,
+        .source = "measured: 7,000-token prompt in 97 s (1 min 37 s); decode 18 tok/s is an "
+                  "estimate (about 2x the 9B's 9.3 tok/s), not measured; answer length estimated",
+    },
+    {
+        .name = "qwen3.5-0.8b/snapdragon-8-elite",
+        .slots = 4,                    // an 8 GB phone served 4 chats in parallel
+        .prefill_tps = 7000.0 / 15.0,  // 7,000-token prompt read in 15 s (~466.7 tok/s)
+        // Measured: 46 tok/s in total over 4 parallel chats. The single-stream 20 tok/s and the
+        // 2- and 3-slot points are estimates on a smooth, sublinear curve through 4 -> 2.3x:
+        // totals 20, 30, 39, 46 tok/s; per stream 20, 15, 13, 11.5 tok/s.
+        .decode_tps = 20.0,
+        .parallel_decode_scaling = {1.0, 1.5, 1.95, 2.3},
+        .default_max_tokens = 16,
+        .source = "measured: 7,000-token prompt in 15 s; 4 parallel chats at 46 tok/s in total; "
+                  "single-stream 20 tok/s and the 2-3 slot scaling are estimates",
+    },
+    {
+        .name = "fast-test",
+        .slots = 1,
+        .prefill_tps = 20000.0,  // a short test prompt is read in milliseconds
+        .decode_tps = 200.0,     // 16 tokens in 80 ms
+        .parallel_decode_scaling = {1.0},
+        .default_max_tokens = 16,
+        .source = "synthetic: fast enough that a short request finishes well under a second",
+    },
+};
+
+// Unit interval double from 53 random bits: the standard distributions' output is
+// implementation-defined, this is the same on every platform.
+double unit_draw(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+std::size_t common_prefix_chars(std::string_view a, std::string_view b) {
+  auto mismatch = std::mismatch(a.begin(), a.begin() + std::min(a.size(), b.size()), b.begin());
+  return static_cast<std::size_t>(mismatch.first - a.begin());
+}
+
+std::optional<std::size_t> non_negative_integer(const nlohmann::json& body, const char* key) {
+  auto it = body.find(key);
+  if (it == body.end()) {
+    return std::nullopt;
+  }
+  if (it->is_number_unsigned()) {
+    return it->get<std::size_t>();
+  }
+  if (it->is_number_integer() && it->get<std::int64_t>() >= 0) {
+    return static_cast<std::size_t>(it->get<std::int64_t>());
+  }
+  return std::nullopt;
+}
+
+void append_content(const nlohmann::json& content, std::string& out) {
+  if (content.is_string()) {
+    out += content.get_ref<const std::string&>();
+    return;
+  }
+  if (!content.is_array()) {
+    return;
+  }
+  for (const auto& part : content) {
+    if (!part.is_object()) {
+      continue;
+    }
+    auto type = part.find("type");
+    bool text_type = type == part.end() || (type->is_string() && *type == "text");
+    auto text = part.find("text");
+    if (text_type && text != part.end() && text->is_string()) {
+      out += text->get_ref<const std::string&>();
+    }
+  }
+}
+
+// Small vocabulary in the style of a reviewer's one-line verdict.
+constexpr std::array<std::string_view, 32> kWords = {
+    "risk",    "level", "low",    "high",  "medium", "account", "review", "flag",
+    "score",   "the",   "is",     "and",   "no",     "fraud",   "signal", "card",
+    "pattern", "match", "refund", "claim", "user",   "payment", "safe",   "check",
+    "0",       "1",     "2",      "3",     "4",      "5",       "RISK",   "LEVEL:",
+};
+
+}  // namespace
+
+const std::vector<SimProfile>& profiles() {
+  return kProfiles;
+}
+
+const SimProfile* find_profile(std::string_view name) {
+  for (const auto& profile : kProfiles) {
+    if (profile.name == name) {
+      return &profile;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<std::string> profile_names() {
+  std::vector<std::string> names;
+  names.reserve(kProfiles.size());
+  for (const auto& profile : kProfiles) {
+    names.push_back(profile.name);
+  }
+  return names;
+}
+
+std::size_t prompt_tokens_for_chars(std::size_t chars) {
+  return (chars + 3) / 4;
+}
+
+std::string extract_prompt_text(const nlohmann::json& body) {
+  std::string text;
+  if (!body.is_object()) {
+    return text;
+  }
+  if (auto messages = body.find("messages"); messages != body.end() && messages->is_array()) {
+    for (const auto& message : *messages) {
+      if (message.is_object()) {
+        if (auto content = message.find("content"); content != message.end()) {
+          append_content(*content, text);
+        }
+      }
+    }
+    return text;
+  }
+  if (auto prompt = body.find("prompt"); prompt != body.end()) {
+    if (prompt->is_string()) {
+      text = prompt->get<std::string>();
+    } else if (prompt->is_array()) {
+      for (const auto& piece : *prompt) {
+        if (piece.is_string()) {
+          text += piece.get_ref<const std::string&>();
+        }
+      }
+    }
+  }
+  return text;
+}
+
+std::optional<std::size_t> requested_max_tokens(const nlohmann::json& body) {
+  if (!body.is_object()) {
+    return std::nullopt;
+  }
+  if (auto value = non_negative_integer(body, "max_completion_tokens")) {
+    return value;
+  }
+  return non_negative_integer(body, "max_tokens");
+}
+
+SlotCache::SlotCache(std::size_t slots) : texts_(slots) {}
+
+std::size_t SlotCache::cached_prefix_tokens(std::size_t slot, std::string_view prompt) const {
+  if (slot >= texts_.size() || prompt.empty()) {
+    return 0;
+  }
+  std::size_t cached = common_prefix_chars(texts_[slot], prompt) / 4;
+  return std::min(cached, prompt_tokens_for_chars(prompt.size()) - 1);
+}
+
+void SlotCache::store(std::size_t slot, std::string text) {
+  if (slot < texts_.size()) {
+    texts_[slot] = std::move(text);
+  }
+}
+
+void SlotCache::clear(std::size_t slot) {
+  store(slot, {});
+}
+
+std::optional<std::size_t> SlotCache::pick_slot(std::string_view prompt,
+                                                const std::vector<bool>& busy) const {
+  std::optional<std::size_t> best;
+  std::size_t best_prefix = 0;
+  for (std::size_t slot = 0; slot < texts_.size(); ++slot) {
+    if (slot < busy.size() && busy[slot]) {
+      continue;
+    }
+    std::size_t prefix = common_prefix_chars(texts_[slot], prompt);
+    if (!best || prefix > best_prefix) {
+      best = slot;
+      best_prefix = prefix;
+    }
+  }
+  return best;
+}
+
+SimPlan plan_request(const SimProfile& profile, const SimOptions& options, std::string_view prompt,
+                     std::size_t cached_tokens, std::optional<std::size_t> max_tokens,
+                     std::mt19937_64& rng) {
+  if (!(options.time_scale > 0)) {
+    throw std::invalid_argument("sim time_scale must be positive");
+  }
+  // Always three draws, in this order, so enabling jitter does not change who fails.
+  double fail_draw = unit_draw(rng);
+  double prefill_draw = unit_draw(rng);
+  double decode_draw = unit_draw(rng);
+  // Capped below 1 so a duration never reaches zero or goes negative.
+  double jitter = std::clamp(options.jitter, 0.0, 0.95);
+
+  SimPlan plan;
+  plan.prompt_tokens = prompt_tokens_for_chars(prompt.size());
+  plan.cached_tokens =
+      plan.prompt_tokens == 0 ? 0 : std::min(cached_tokens, plan.prompt_tokens - 1);
+  plan.completion_tokens = profile.default_max_tokens;
+  plan.finish_reason = "stop";
+  if (max_tokens && *max_tokens < profile.default_max_tokens) {
+    plan.completion_tokens = *max_tokens;
+    plan.finish_reason = "length";
+  }
+  plan.prefill_jitter = 1.0 + jitter * (2.0 * prefill_draw - 1.0);
+  plan.decode_jitter = 1.0 + jitter * (2.0 * decode_draw - 1.0);
+  double uncached = static_cast<double>(plan.prompt_tokens - plan.cached_tokens);
+  plan.prefill_seconds = uncached / profile.prefill_tps * plan.prefill_jitter / options.time_scale;
+  plan.fail = fail_draw < options.fail_rate;
+  plan.text_seed = text_seed(prompt, options.seed);
+  return plan;
+}
+
+double token_interval_seconds(const SimProfile& profile, std::size_t busy_slots,
+                              double time_scale) {
+  const auto& scaling = profile.parallel_decode_scaling;
+  std::size_t k = std::clamp<std::size_t>(busy_slots, 1, std::max<std::size_t>(scaling.size(), 1));
+  double total_factor = scaling.empty() ? 1.0 : scaling[k - 1];
+  double per_stream_tps = profile.decode_tps * total_factor / static_cast<double>(k);
+  return 1.0 / per_stream_tps / time_scale;
+}
+
+std::vector<double> token_schedule(const SimProfile& profile, const SimPlan& plan,
+                                   std::size_t busy_slots, double time_scale) {
+  double interval = token_interval_seconds(profile, busy_slots, time_scale) * plan.decode_jitter;
+  std::vector<double> offsets(plan.completion_tokens);
+  for (std::size_t i = 0; i < offsets.size(); ++i) {
+    offsets[i] = plan.prefill_seconds + static_cast<double>(i) * interval;
+  }
+  return offsets;
+}
+
+std::uint64_t text_seed(std::string_view prompt, std::uint64_t configured_seed) {
+  std::uint64_t hash = 0xCBF29CE484222325ULL;  // FNV-1a 64
+  for (unsigned char c : prompt) {
+    hash ^= c;
+    hash *= 0x100000001B3ULL;
+  }
+  return splitmix64(hash ^ splitmix64(configured_seed));
+}
+
+std::string sim_token(std::uint64_t seed, std::size_t index) {
+  std::uint64_t draw = splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(index)));
+  std::string_view word = kWords[draw % kWords.size()];
+  std::string token = index == 0 ? std::string() : std::string(" ");
+  token += word;
+  return token;
+}
+
+std::string sim_text(std::uint64_t seed, std::size_t count) {
+  std::string text;
+  for (std::size_t i = 0; i < count; ++i) {
+    text += sim_token(seed, i);
+  }
+  return text;
+}
+
+}  // namespace fg::sim

@@ -1,0 +1,241 @@
+#include "common/openai/inspect.hpp"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace fg::openai {
+namespace {
+
+constexpr std::string_view kJson = "application/json";
+
+RequestInfo must_accept(std::string_view body, std::string_view content_type = kJson) {
+  auto result = inspect_request(content_type, body);
+  if (const auto* error = std::get_if<InspectError>(&result)) {
+    ADD_FAILURE() << "rejected: " << error->status << " " << error->code << ": " << error->message;
+    return {};
+  }
+  return std::get<RequestInfo>(result);
+}
+
+InspectError must_reject(std::string_view body, std::string_view content_type = kJson) {
+  auto result = inspect_request(content_type, body);
+  if (const auto* info = std::get_if<RequestInfo>(&result)) {
+    ADD_FAILURE() << "accepted, model " << info->model;
+    return {};
+  }
+  const InspectError error = std::get<InspectError>(result);
+  EXPECT_FALSE(error.message.empty());
+  return error;
+}
+
+TEST(InspectRequest, ValidChatBody) {
+  const RequestInfo info = must_accept(
+      R"({"model":"llama-3-8b","messages":[{"role":"user","content":"hi"}],"temperature":0.2})");
+  EXPECT_EQ(info.model, "llama-3-8b");
+  EXPECT_FALSE(info.stream);
+  EXPECT_FALSE(info.include_usage);
+}
+
+TEST(InspectRequest, EmbeddingsBody) {
+  const RequestInfo info = must_accept(R"({"input":["a","b"],"model":"e5"})");
+  EXPECT_EQ(info.model, "e5");
+  EXPECT_FALSE(info.stream);
+}
+
+TEST(InspectRequest, StreamTrueAndFalse) {
+  EXPECT_TRUE(must_accept(R"({"model":"m","stream":true})").stream);
+  EXPECT_FALSE(must_accept(R"({"model":"m","stream":false})").stream);
+  EXPECT_FALSE(must_accept(R"({"model":"m","stream":null})").stream);
+}
+
+TEST(InspectRequest, IncludeUsage) {
+  RequestInfo info =
+      must_accept(R"({"model":"m","stream":true,"stream_options":{"include_usage":true}})");
+  EXPECT_TRUE(info.stream);
+  EXPECT_TRUE(info.include_usage);
+
+  info = must_accept(R"({"model":"m","stream":true,"stream_options":{"include_usage":false}})");
+  EXPECT_FALSE(info.include_usage);
+  info = must_accept(R"({"model":"m","stream":true,"stream_options":{}})");
+  EXPECT_FALSE(info.include_usage);
+  info = must_accept(R"({"model":"m","stream":true,"stream_options":null})");
+  EXPECT_FALSE(info.include_usage);
+  // Nested elsewhere does not count.
+  info = must_accept(R"({"model":"m","stream":true,"metadata":{"include_usage":true}})");
+  EXPECT_FALSE(info.include_usage);
+}
+
+TEST(InspectRequest, StreamOptionsMustBeObject) {
+  for (const char* body :
+       {R"({"model":"m","stream_options":true})", R"({"model":"m","stream_options":[]})",
+        R"({"model":"m","stream_options":"include_usage"})"}) {
+    const InspectError error = must_reject(body);
+    EXPECT_EQ(error.status, 400) << body;
+    EXPECT_EQ(error.param, "stream_options") << body;
+    EXPECT_EQ(error.code, "invalid_type") << body;
+  }
+  const InspectError error = must_reject(R"({"model":"m","stream_options":{"include_usage":1}})");
+  EXPECT_EQ(error.status, 400);
+  EXPECT_EQ(error.param, "stream_options.include_usage");
+  EXPECT_EQ(error.code, "invalid_type");
+}
+
+TEST(InspectRequest, ContentTypeVariantsAccepted) {
+  const std::string_view body = R"({"model":"m"})";
+  for (const char* type : {"application/json", "application/json; charset=utf-8",
+                           "Application/JSON", "APPLICATION/JSON;charset=UTF-8",
+                           " application/json ", "application/json\t; charset=utf-8"}) {
+    EXPECT_EQ(must_accept(body, type).model, "m") << type;
+  }
+}
+
+TEST(InspectRequest, OtherContentTypesRejected) {
+  const std::string_view body = R"({"model":"m"})";
+  for (const char* type : {"", "text/plain", "application/jsonl", "application/json-seq",
+                           "application/x-www-form-urlencoded", "multipart/form-data",
+                           "application/vnd.api+json", "json", "application/ json", "text/json"}) {
+    const InspectError error = must_reject(body, type);
+    EXPECT_EQ(error.status, 415) << type;
+    EXPECT_EQ(error.code, "unsupported_media_type") << type;
+  }
+}
+
+TEST(InspectRequest, ContentTypeCheckedBeforeBody) {
+  const InspectError error = must_reject("not json", "text/plain");
+  EXPECT_EQ(error.status, 415);
+}
+
+TEST(InspectRequest, EmptyBody) {
+  const InspectError error = must_reject("");
+  EXPECT_EQ(error.status, 400);
+  EXPECT_EQ(error.code, "invalid_json");
+  EXPECT_EQ(error.param, "");
+}
+
+TEST(InspectRequest, InvalidJson) {
+  for (const char* body :
+       {"{", "{\"model\":\"m\"", "{\"model\":\"m\",}", "{model:\"m\"}", "   ",
+        "{\"model\":\"m\"} trailing", "{\"model\":'m'}", "nul", "{\"model\":\"m\xff\"}"}) {
+    const InspectError error = must_reject(body);
+    EXPECT_EQ(error.status, 400) << body;
+    EXPECT_EQ(error.code, "invalid_json") << body;
+  }
+}
+
+TEST(InspectRequest, NotAnObject) {
+  for (const char* body : {"[]", R"(["model","m"])", "\"model\"", "42", "null", "true"}) {
+    const InspectError error = must_reject(body);
+    EXPECT_EQ(error.status, 400) << body;
+    EXPECT_EQ(error.code, "invalid_request") << body;
+  }
+}
+
+TEST(InspectRequest, MissingModel) {
+  for (const char* body :
+       {"{}", R"({"messages":[]})", R"({"model":null})", R"({"model":""})", R"({"Model":"m"})"}) {
+    const InspectError error = must_reject(body);
+    EXPECT_EQ(error.status, 400) << body;
+    EXPECT_EQ(error.param, "model") << body;
+    EXPECT_EQ(error.code, "missing_model") << body;
+  }
+}
+
+TEST(InspectRequest, ModelNotAString) {
+  for (const char* body :
+       {R"({"model":1})", R"({"model":true})", R"({"model":["m"]})", R"({"model":{"name":"m"}})"}) {
+    const InspectError error = must_reject(body);
+    EXPECT_EQ(error.status, 400) << body;
+    EXPECT_EQ(error.param, "model") << body;
+    EXPECT_EQ(error.code, "invalid_model") << body;
+  }
+}
+
+TEST(InspectRequest, StreamNotBoolean) {
+  for (const char* body : {R"({"model":"m","stream":"true"})", R"({"model":"m","stream":1})",
+                           R"({"model":"m","stream":{}})"}) {
+    const InspectError error = must_reject(body);
+    EXPECT_EQ(error.status, 400) << body;
+    EXPECT_EQ(error.param, "stream") << body;
+    EXPECT_EQ(error.code, "invalid_type") << body;
+  }
+}
+
+TEST(InspectRequest, ModelWithEscapesAndUnicode) {
+  EXPECT_EQ(must_accept(R"({"model":"org\/name:q4 \u00e9"})").model, "org/name:q4 \xc3\xa9");
+}
+
+TEST(InspectRequest, NestingWithinLimitAccepted) {
+  // 100 levels inside the top-level object: deeper than any real request, within the cap.
+  std::string body = R"({"model":"m","x":)";
+  body += std::string(100, '[') + std::string(100, ']') + "}";
+  EXPECT_EQ(must_accept(body).model, "m");
+}
+
+TEST(InspectRequest, BracketsInsideStringsDoNotCount) {
+  std::string body = R"({"model":"m","messages":[{"role":"user","content":")";
+  body += std::string(10000, '[') + "\\\"" + std::string(10000, '{');
+  body += R"("}]})";
+  EXPECT_EQ(must_accept(body).model, "m");
+}
+
+TEST(InspectRequest, DeepNestingRejectedWithoutCrash) {
+  const std::string arrays(100000, '[');
+  InspectError error = must_reject(arrays);
+  EXPECT_EQ(error.status, 400);
+  EXPECT_EQ(error.code, "invalid_json");
+
+  // Balanced and otherwise valid, so only the depth cap can reject it.
+  std::string balanced = R"({"model":"m","x":)";
+  balanced += std::string(100000, '[') + std::string(100000, ']') + "}";
+  error = must_reject(balanced);
+  EXPECT_EQ(error.status, 400);
+  EXPECT_EQ(error.code, "invalid_json");
+
+  std::string objects;
+  for (int i = 0; i < 50000; ++i) {
+    objects += R"({"a":)";
+  }
+  objects += "1" + std::string(50000, '}');
+  error = must_reject(objects);
+  EXPECT_EQ(error.code, "invalid_json");
+}
+
+TEST(InspectRequest, JustOverLimitRejected) {
+  std::string body = R"({"model":"m","x":)";
+  body += std::string(128, '[') + std::string(128, ']') + "}";  // 129 levels with the outer object
+  EXPECT_EQ(must_reject(body).code, "invalid_json");
+  body = R"({"model":"m","x":)";
+  body += std::string(127, '[') + std::string(127, ']') + "}";  // exactly 128
+  EXPECT_EQ(must_accept(body).model, "m");
+}
+
+TEST(InspectRequest, MessagesNeverEchoBody) {
+  const std::string secret = "SECRET_PROMPT_TEXT";
+  const std::string bodies[] = {
+      "{\"model\":\"m\",\"messages\":\"" + secret + "\"",         // truncated
+      "{\"model\":\"m\",\"messages\":[" + secret + "]}",          // bare word
+      "[\"" + secret + "\"]",                                     // not an object
+      "{\"messages\":\"" + secret + "\"}",                        // no model
+      "{\"model\":[\"" + secret + "\"]}",                         // model not a string
+      "{\"model\":\"m\",\"stream\":\"" + secret + "\"}",          // stream not a boolean
+      "{\"model\":\"m\",\"stream_options\":\"" + secret + "\"}",  // options not an object
+      secret,                                                     // not JSON at all
+      std::string(200, '[') + "\"" + secret + "\"",               // too deep
+  };
+  for (const std::string& body : bodies) {
+    const InspectError error = must_reject(body);
+    EXPECT_EQ(error.message.find("SECRET"), std::string::npos) << error.message;
+    EXPECT_EQ(error.message.find("PROMPT"), std::string::npos) << error.message;
+  }
+  const InspectError error = must_reject(secret, "text/" + secret);
+  EXPECT_EQ(error.message.find("SECRET"), std::string::npos) << error.message;
+}
+
+TEST(InspectRequest, InvalidJsonMessageGivesOffset) {
+  const InspectError error = must_reject(R"({"model": x})");
+  EXPECT_NE(error.message.find("byte 11"), std::string::npos) << error.message;
+}
+
+}  // namespace
+}  // namespace fg::openai

@@ -1,0 +1,309 @@
+#include "common/openai/sse.hpp"
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+namespace fg::openai {
+namespace {
+
+// Collects every event a parser dispatches.
+struct Recorder {
+  std::vector<SseEvent> events;
+  SseParser parser{[this](const SseEvent& e) { events.push_back(e); }};
+};
+
+std::vector<SseEvent> parse_all(std::string_view stream) {
+  Recorder r;
+  r.parser.feed(stream);
+  return r.events;
+}
+
+// Feeds the stream in two pieces split at `at`.
+std::vector<SseEvent> parse_split(std::string_view stream, std::size_t at) {
+  Recorder r;
+  r.parser.feed(stream.substr(0, at));
+  r.parser.feed(stream.substr(at));
+  return r.events;
+}
+
+std::vector<std::string> datas(const std::vector<SseEvent>& events) {
+  std::vector<std::string> out;
+  for (const auto& e : events) {
+    out.push_back(e.data);
+  }
+  return out;
+}
+
+using Strings = std::vector<std::string>;
+
+TEST(SseParser, SingleEvent) {
+  const auto events = parse_all("data: {\"a\":1}\n\n");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].data, "{\"a\":1}");
+  EXPECT_EQ(events[0].event, "");
+  EXPECT_EQ(events[0].id, "");
+}
+
+TEST(SseParser, NoDispatchWithoutBlankLine) {
+  Recorder r;
+  r.parser.feed("data: x\n");
+  EXPECT_TRUE(r.events.empty());
+  r.parser.feed("\n");
+  EXPECT_EQ(datas(r.events), Strings{"x"});
+}
+
+TEST(SseParser, LineEndingsLfCrlfCr) {
+  EXPECT_EQ(datas(parse_all("data: a\n\ndata: b\r\n\r\ndata: c\r\rdata: d\n\r\n")),
+            (Strings{"a", "b", "c", "d"}));
+}
+
+TEST(SseParser, OptionalSingleSpaceAfterColon) {
+  EXPECT_EQ(datas(parse_all("data:x\n\n")), Strings{"x"});
+  EXPECT_EQ(datas(parse_all("data: x\n\n")), Strings{"x"});
+  EXPECT_EQ(datas(parse_all("data:  x\n\n")), Strings{" x"});  // only one space is stripped
+  EXPECT_EQ(datas(parse_all("data: x \n\n")), Strings{"x "});
+  EXPECT_EQ(datas(parse_all("data:\tx\n\n")), Strings{"\tx"});
+}
+
+TEST(SseParser, MultiLineDataJoinedWithNewline) {
+  EXPECT_EQ(datas(parse_all("data: a\ndata: b\ndata:c\n\n")), Strings{"a\nb\nc"});
+  EXPECT_EQ(datas(parse_all("data: a\ndata:\ndata: b\n\n")), Strings{"a\n\nb"});
+}
+
+TEST(SseParser, EmptyDataStillDispatched) {
+  EXPECT_EQ(datas(parse_all("data\n\n")), Strings{""});
+  EXPECT_EQ(datas(parse_all("data:\n\n")), Strings{""});
+}
+
+TEST(SseParser, EventsWithoutDataAreNotDispatched) {
+  EXPECT_TRUE(parse_all("event: ping\n\n").empty());
+  EXPECT_TRUE(parse_all("id: 7\n\n").empty());
+  EXPECT_TRUE(parse_all("\n\n\n\n").empty());
+  EXPECT_TRUE(parse_all("retry: 1000\n\n").empty());
+}
+
+TEST(SseParser, EventTypeDoesNotLeakIntoNextEvent) {
+  const auto events = parse_all("event: ping\n\ndata: x\n\nevent: error\ndata: y\n\ndata: z\n\n");
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].event, "");
+  EXPECT_EQ(events[0].data, "x");
+  EXPECT_EQ(events[1].event, "error");
+  EXPECT_EQ(events[1].data, "y");
+  EXPECT_EQ(events[2].event, "");
+}
+
+TEST(SseParser, EventFieldAndLastWins) {
+  const auto events = parse_all("event: a\nevent:b\ndata: 1\n\n");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].event, "b");
+}
+
+TEST(SseParser, IdPersistsAcrossEvents) {
+  const auto events = parse_all("id: 1\ndata: a\n\ndata: b\n\nid\ndata: c\n\n");
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].id, "1");
+  EXPECT_EQ(events[1].id, "1");
+  EXPECT_EQ(events[2].id, "");
+  // An id containing NUL is ignored.
+  const auto nul = parse_all(std::string("id: 5\ndata: a\n\nid: x\0y\ndata: b\n\n", 33));
+  ASSERT_EQ(nul.size(), 2u);
+  EXPECT_EQ(nul[1].id, "5");
+}
+
+TEST(SseParser, CommentsIgnored) {
+  const auto events = parse_all(": keep-alive\n\n:\ndata: a\n: between\ndata: b\n\n: tail\n\n");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].data, "a\nb");
+}
+
+TEST(SseParser, UnknownFieldsIgnored) {
+  EXPECT_EQ(datas(parse_all("foo: bar\nDATA: no\ndata : no\ndata: yes\n\n")), Strings{"yes"});
+}
+
+TEST(SseParser, ColonsInValueKept) {
+  EXPECT_EQ(datas(parse_all("data: a: b:c\n\n")), Strings{"a: b:c"});
+}
+
+TEST(SseParser, DoneMarker) {
+  const auto events = parse_all("data: {\"x\":1}\n\ndata: [DONE]\n\n");
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].data, "[DONE]");
+}
+
+TEST(SseParser, IncompleteEventAtEndNotDispatched) {
+  Recorder r;
+  r.parser.feed("data: a\n\ndata: partial\n");
+  EXPECT_EQ(datas(r.events), Strings{"a"});
+}
+
+const std::string kMixedStream =
+    ": keep-alive\r\n\r\n"
+    "event: message\r\n"
+    "id: 42\r\n"
+    "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\r\n"
+    "\r\n"
+    "data:line1\n"
+    "data: line2\r"
+    "\r"
+    "data: [DONE]\r\n"
+    "\r\n";
+
+void expect_mixed(const std::vector<SseEvent>& events, const std::string& where) {
+  ASSERT_EQ(events.size(), 3u) << where;
+  EXPECT_EQ(events[0].event, "message") << where;
+  EXPECT_EQ(events[0].id, "42") << where;
+  EXPECT_EQ(events[0].data, "{\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}") << where;
+  EXPECT_EQ(events[1].event, "") << where;
+  EXPECT_EQ(events[1].data, "line1\nline2") << where;
+  EXPECT_EQ(events[2].data, "[DONE]") << where;
+}
+
+TEST(SseParser, SplitAtEveryBytePosition) {
+  for (std::size_t at = 0; at <= kMixedStream.size(); ++at) {
+    expect_mixed(parse_split(kMixedStream, at), "split at " + std::to_string(at));
+  }
+}
+
+TEST(SseParser, SplitAtEveryPairOfPositions) {
+  for (std::size_t a = 0; a <= kMixedStream.size(); ++a) {
+    for (std::size_t b = a; b <= kMixedStream.size(); ++b) {
+      Recorder r;
+      const std::string_view s = kMixedStream;
+      r.parser.feed(s.substr(0, a));
+      r.parser.feed(s.substr(a, b - a));
+      r.parser.feed(s.substr(b));
+      expect_mixed(r.events, "split at " + std::to_string(a) + "," + std::to_string(b));
+      if (HasFailure()) {
+        return;
+      }
+    }
+  }
+}
+
+TEST(SseParser, OneByteAtATime) {
+  Recorder r;
+  for (char c : kMixedStream) {
+    r.parser.feed(std::string_view(&c, 1));
+  }
+  expect_mixed(r.events, "byte by byte");
+}
+
+TEST(SseParser, CrlfSplitAcrossFeedsIsOneLineBreak) {
+  // If the LF after a CR were taken as a second line end, "data: a\r" + "\n" + "data: b\n\n"
+  // would dispatch "a" alone and then "b".
+  Recorder r;
+  r.parser.feed("data: a\r");
+  r.parser.feed("\ndata: b\r");
+  r.parser.feed("\n");
+  EXPECT_TRUE(r.events.empty());
+  r.parser.feed("\r");
+  EXPECT_EQ(datas(r.events), Strings{"a\nb"});
+  // The LF completing that CRLF is not a second blank line, so nothing else is dispatched.
+  r.parser.feed("\ndata: c\r");
+  r.parser.feed("\n\r\n");
+  EXPECT_EQ(datas(r.events), (Strings{"a\nb", "c"}));
+}
+
+TEST(SseParser, CrThenOtherByteInNextFeed) {
+  Recorder r;
+  r.parser.feed("data: a\r");
+  r.parser.feed("data: b\r");
+  r.parser.feed("\r");
+  EXPECT_EQ(datas(r.events), Strings{"a\nb"});
+}
+
+TEST(SseParser, EmptyFeedsAreHarmless) {
+  Recorder r;
+  r.parser.feed("");
+  r.parser.feed("data: a\r");
+  r.parser.feed("");
+  r.parser.feed("\n");
+  r.parser.feed("");
+  r.parser.feed("\n");
+  EXPECT_EQ(datas(r.events), Strings{"a"});
+}
+
+TEST(SseParser, BufferedCountsPendingBytes) {
+  Recorder r;
+  EXPECT_EQ(r.parser.buffered(), 0u);
+  r.parser.feed("data: abc");
+  EXPECT_EQ(r.parser.buffered(), 9u);  // partial line
+  r.parser.feed("\n");
+  EXPECT_EQ(r.parser.buffered(), 3u);  // "abc" waiting for the blank line
+  r.parser.feed("data: de\n");
+  EXPECT_EQ(r.parser.buffered(), 6u);  // "abc\nde"
+  r.parser.feed("\n");
+  EXPECT_EQ(r.parser.buffered(), 0u);
+  r.parser.feed(": a long comment line that is not finished");
+  EXPECT_GT(r.parser.buffered(), 0u);
+  r.parser.feed("\n");
+  EXPECT_EQ(r.parser.buffered(), 0u);
+}
+
+TEST(SseParser, HandlerMayFeedAgain) {
+  std::vector<std::string> seen;
+  SseParser* self = nullptr;
+  SseParser parser([&](const SseEvent& e) {
+    seen.push_back(e.data);
+    if (e.data == "first") {
+      self->feed("data: nested\n\n");
+    }
+  });
+  self = &parser;
+  parser.feed("data: first\n\ndata: second\n\n");
+  EXPECT_EQ(seen, (Strings{"first", "nested", "second"}));
+}
+
+TEST(SseWriter, DataFraming) {
+  EXPECT_EQ(sse_data("{\"a\":1}"), "data: {\"a\":1}\n\n");
+  EXPECT_EQ(sse_data("[DONE]"), "data: [DONE]\n\n");
+  EXPECT_EQ(sse_data(""), "data: \n\n");
+}
+
+TEST(SseWriter, MultiLinePayloadStaysOneEvent) {
+  EXPECT_EQ(sse_data("a\nb"), "data: a\ndata: b\n\n");
+  EXPECT_EQ(sse_data("a\r\nb\rc"), "data: a\ndata: b\ndata: c\n\n");
+  EXPECT_EQ(datas(parse_all(sse_data("a\n\nb"))), Strings{"a\n\nb"});
+}
+
+TEST(SseWriter, CommentFraming) {
+  EXPECT_EQ(sse_comment("keep-alive"), ": keep-alive\n\n");
+  EXPECT_TRUE(parse_all(sse_comment("keep-alive")).empty());
+  EXPECT_TRUE(parse_all(sse_comment("x\ndata: injected")).empty());
+}
+
+TEST(SseWriter, RoundTripThroughParser) {
+  const std::string stream = sse_comment("keep-alive") + sse_data("{\"x\":1}") +
+                             sse_data("two\nlines") + sse_data("[DONE]");
+  EXPECT_EQ(datas(parse_all(stream)), (Strings{"{\"x\":1}", "two\nlines", "[DONE]"}));
+}
+
+TEST(SseWriter, ErrorIsValidJsonThenDone) {
+  const std::string text =
+      sse_error("upstream \"replica\" failed\nbadly", "server_error", "upstream_error");
+  const auto events = parse_all(text);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].data, "[DONE]");
+  const auto body = nlohmann::json::parse(events[0].data);
+  const auto& error = body.at("error");
+  EXPECT_EQ(error.at("message"), "upstream \"replica\" failed\nbadly");
+  EXPECT_EQ(error.at("type"), "server_error");
+  EXPECT_EQ(error.at("code"), "upstream_error");
+  EXPECT_TRUE(error.at("param").is_null());
+  // Exact framing: one data line of JSON, then the DONE marker.
+  EXPECT_EQ(text, "data: " + events[0].data + "\n\ndata: [DONE]\n\n");
+  EXPECT_EQ(text.rfind("data: {\"error\":", 0), 0u);
+}
+
+TEST(SseWriter, ErrorWithEmptyCodeHasNullCode) {
+  const auto events = parse_all(sse_error("x", "server_error", ""));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_TRUE(nlohmann::json::parse(events[0].data).at("error").at("code").is_null());
+}
+
+}  // namespace
+}  // namespace fg::openai

@@ -1,0 +1,636 @@
+#include "orchestrator/config/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace fg::config {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A valid models section, for tests about other sections. Occupies lines 1-2.
+constexpr const char* kModels = "models:\n  - name: m\n";
+
+Config load(const std::string& yaml) {
+  return load_config_string(yaml, "t.yaml");
+}
+
+// The message of the ConfigError that loading yaml throws, or "" when it loads.
+std::string error_of(const std::string& yaml) {
+  try {
+    load(yaml);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Checks the error message starts with "t.yaml:<line>: <path>: " and contains what.
+::testing::AssertionResult fails_with(const std::string& yaml, int line, const std::string& path,
+                                      const std::string& what = "") {
+  const std::string error = error_of(yaml);
+  if (error.empty()) {
+    return ::testing::AssertionFailure() << "loaded without error:\n" << yaml;
+  }
+  const std::string prefix = "t.yaml:" + std::to_string(line) + ": " + path + ": ";
+  if (error.rfind(prefix, 0) != 0) {
+    return ::testing::AssertionFailure()
+           << "expected prefix '" << prefix << "', got '" << error << "'";
+  }
+  if (error.find(what) == std::string::npos) {
+    return ::testing::AssertionFailure() << "expected '" << what << "' in '" << error << "'";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// ---- Defaults and full parsing ----
+
+TEST(ConfigDefaults, MinimalFileGetsStructDefaults) {
+  const Config c = load(kModels);
+  const Config d;
+  EXPECT_EQ(c.server.listen.host, "127.0.0.1");
+  EXPECT_EQ(c.server.listen.port, 8080);
+  EXPECT_FALSE(c.server.tls.enabled());
+  EXPECT_EQ(c.server.api_keys_env, "");
+  EXPECT_EQ(c.server.max_body_bytes, 4u * 1024 * 1024);
+  EXPECT_EQ(c.server.read_timeout, milliseconds(30'000));
+  EXPECT_EQ(c.server.drain_timeout, milliseconds(30'000));
+  EXPECT_EQ(c.admin.listen.host, "127.0.0.1");
+  EXPECT_EQ(c.admin.listen.port, 9090);
+  EXPECT_EQ(c.routing.queue_max, d.routing.queue_max);
+  EXPECT_EQ(c.routing.queue_timeout, milliseconds(600'000));
+  EXPECT_EQ(c.routing.retries, 2u);
+  EXPECT_EQ(c.routing.keepalive_interval, milliseconds(15'000));
+  EXPECT_EQ(c.upstream.api_key_env, "");
+  EXPECT_EQ(c.upstream.ca_file, "");
+  EXPECT_EQ(c.upstream.connect_timeout, milliseconds(10'000));
+  EXPECT_EQ(c.upstream.first_byte_timeout, milliseconds(600'000));
+  EXPECT_EQ(c.upstream.idle_timeout, milliseconds(120'000));
+  EXPECT_EQ(c.upstream.max_idle_per_replica, 8u);
+  EXPECT_EQ(c.log.level, "info");
+  ASSERT_EQ(c.models.size(), 1u);
+  EXPECT_EQ(c.models[0].name, "m");
+  EXPECT_EQ(c.models[0].replicas, 0u);
+  EXPECT_EQ(c.models[0].slots, 1u);
+  EXPECT_TRUE(c.models[0].endpoints.empty());
+}
+
+TEST(ConfigDefaults, EmptySectionsKeepDefaults) {
+  const Config c = load(std::string(kModels) + "server:\nadmin:\nrouting: {}\nupstream:\nlog:\n");
+  EXPECT_EQ(c.server.listen.port, 8080);
+  EXPECT_EQ(c.admin.listen.port, 9090);
+  EXPECT_EQ(c.routing.queue_max, 10000u);
+  EXPECT_EQ(c.log.level, "info");
+}
+
+TEST(ConfigParse, EveryKeyIsRead) {
+  const Config c = load(R"(
+server:
+  listen: 0.0.0.0:8443
+  tls: {cert: /etc/fg/cert.pem, key: /etc/fg/key.pem}
+  api_keys_env: FLEETGATE_API_KEYS
+  max_body_bytes: 1048576
+  read_timeout: 5s
+  drain_timeout: 0s
+admin:
+  listen: "[::1]:9191"
+models:
+  - name: qwen3.5-9b-fraud
+    replicas: 10
+    slots: 3
+    endpoints:
+      - https://a1b2c3.acu.run
+      - {url: "http://127.0.0.1:7001", slots: 2}
+  - name: other
+routing:
+  queue_max: 5
+  queue_timeout: 2m
+  retries: 0
+  keepalive_interval: 0s
+upstream:
+  api_key_env: FLEETGATE_REPLICA_KEY
+  ca_file: /etc/ssl/ca.pem
+  connect_timeout: 250ms
+  first_byte_timeout: 1h
+  idle_timeout: 90s
+  max_idle_per_replica: 0
+log:
+  level: debug
+)");
+  EXPECT_EQ(c.server.listen.host, "0.0.0.0");
+  EXPECT_EQ(c.server.listen.port, 8443);
+  EXPECT_TRUE(c.server.tls.enabled());
+  EXPECT_EQ(c.server.tls.cert, "/etc/fg/cert.pem");
+  EXPECT_EQ(c.server.tls.key, "/etc/fg/key.pem");
+  EXPECT_EQ(c.server.api_keys_env, "FLEETGATE_API_KEYS");
+  EXPECT_EQ(c.server.max_body_bytes, 1048576u);
+  EXPECT_EQ(c.server.read_timeout, milliseconds(5'000));
+  EXPECT_EQ(c.server.drain_timeout, milliseconds(0));
+  EXPECT_EQ(c.admin.listen.host, "::1");
+  EXPECT_EQ(c.admin.listen.port, 9191);
+  ASSERT_EQ(c.models.size(), 2u);
+  const ModelConfig& m = c.models[0];
+  EXPECT_EQ(m.name, "qwen3.5-9b-fraud");
+  EXPECT_EQ(m.replicas, 10u);
+  EXPECT_EQ(m.slots, 3u);
+  ASSERT_EQ(m.endpoints.size(), 2u);
+  EXPECT_EQ(m.endpoints[0].url.to_string(), "https://a1b2c3.acu.run");
+  EXPECT_TRUE(m.endpoints[0].url.tls());
+  EXPECT_EQ(m.endpoints[0].slots, 3u);
+  EXPECT_EQ(m.endpoints[1].url.host, "127.0.0.1");
+  EXPECT_EQ(m.endpoints[1].url.port, 7001);
+  EXPECT_EQ(m.endpoints[1].slots, 2u);
+  EXPECT_EQ(c.models[1].name, "other");
+  EXPECT_EQ(c.routing.queue_max, 5u);
+  EXPECT_EQ(c.routing.queue_timeout, milliseconds(120'000));
+  EXPECT_EQ(c.routing.retries, 0u);
+  EXPECT_EQ(c.routing.keepalive_interval, milliseconds(0));
+  EXPECT_EQ(c.upstream.api_key_env, "FLEETGATE_REPLICA_KEY");
+  EXPECT_EQ(c.upstream.ca_file, "/etc/ssl/ca.pem");
+  EXPECT_EQ(c.upstream.connect_timeout, milliseconds(250));
+  EXPECT_EQ(c.upstream.first_byte_timeout, milliseconds(3'600'000));
+  EXPECT_EQ(c.upstream.idle_timeout, milliseconds(90'000));
+  EXPECT_EQ(c.upstream.max_idle_per_replica, 0u);
+  EXPECT_EQ(c.log.level, "debug");
+  EXPECT_EQ(c.find_model("other"), &c.models[1]);
+  EXPECT_EQ(c.find_model("missing"), nullptr);
+}
+
+TEST(ConfigParse, DesiredReplicasFallsBackToEndpointCount) {
+  const Config c = load(R"(models:
+  - name: stated
+    replicas: 7
+    endpoints: [http://h1, http://h2]
+  - name: unstated
+    endpoints: [http://h3, http://h4]
+)");
+  EXPECT_EQ(c.models[0].desired_replicas(), 7u);
+  EXPECT_EQ(c.models[1].replicas, 0u);
+  EXPECT_EQ(c.models[1].desired_replicas(), 2u);
+}
+
+TEST(ConfigParse, LogLevelsAccepted) {
+  for (const char* level : {"debug", "info", "warn", "error"}) {
+    EXPECT_EQ(load(std::string(kModels) + "log: {level: " + level + "}").log.level, level);
+  }
+}
+
+TEST(ConfigParse, EmptyEnvNamesMeanUnset) {
+  const Config c =
+      load(std::string(kModels) + "server: {api_keys_env: \"\"}\nupstream:\n  api_key_env:\n");
+  EXPECT_EQ(c.server.api_keys_env, "");
+  EXPECT_EQ(c.upstream.api_key_env, "");
+}
+
+TEST(ConfigParse, MaxBodyBytesAcceptsLargeValues) {
+  EXPECT_EQ(
+      load(std::string(kModels) + "server: {max_body_bytes: 8589934592}").server.max_body_bytes,
+      8589934592u);
+}
+
+// ---- Durations ----
+
+TEST(ConfigDuration, AllUnitsParse) {
+  const Config c = load(std::string(kModels) + R"(routing:
+  queue_timeout: 1h
+  keepalive_interval: 500ms
+upstream:
+  connect_timeout: 3s
+  idle_timeout: 2m
+)");
+  EXPECT_EQ(c.routing.queue_timeout, milliseconds(3'600'000));
+  EXPECT_EQ(c.routing.keepalive_interval, milliseconds(500));
+  EXPECT_EQ(c.upstream.connect_timeout, milliseconds(3'000));
+  EXPECT_EQ(c.upstream.idle_timeout, milliseconds(120'000));
+}
+
+TEST(ConfigDuration, BareNumberIsRejected) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "routing:\n  queue_timeout: 600\n", 4,
+                         "routing.queue_timeout", "add a unit"));
+}
+
+TEST(ConfigDuration, WordIsRejected) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "routing:\n  queue_timeout: ten\n", 4,
+                         "routing.queue_timeout", "expected a duration such as 600s, got \"ten\""));
+}
+
+TEST(ConfigDuration, NegativeIsRejected) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  drain_timeout: -5s\n", 4,
+                         "server.drain_timeout", "expected a duration"));
+}
+
+TEST(ConfigDuration, MapIsRejected) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "upstream:\n  idle_timeout: {s: 5}\n", 4,
+                         "upstream.idle_timeout", "got a map"));
+}
+
+TEST(ConfigDuration, ZeroRejectedWhereMeaningless) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"server", "read_timeout"},      {"routing", "queue_timeout"},
+      {"upstream", "connect_timeout"}, {"upstream", "first_byte_timeout"},
+      {"upstream", "idle_timeout"},
+  };
+  for (const auto& [section, key] : cases) {
+    EXPECT_TRUE(fails_with(std::string(kModels) + section + ":\n  " + key + ": 0s\n", 4,
+                           std::string(section) + "." + key, "must be greater than 0"));
+  }
+}
+
+TEST(ConfigDuration, ZeroAllowedForKeepaliveAndDrain) {
+  const Config c = load(std::string(kModels) +
+                        "routing: {keepalive_interval: 0ms}\nserver: {drain_timeout: 0s}\n");
+  EXPECT_EQ(c.routing.keepalive_interval, milliseconds(0));
+  EXPECT_EQ(c.server.drain_timeout, milliseconds(0));
+}
+
+// ---- Endpoints ----
+
+TEST(ConfigEndpoint, ShorthandAndMapForms) {
+  const Config c = load(R"(models:
+  - name: m
+    slots: 4
+    endpoints:
+      - http://127.0.0.1:7001
+      - url: http://127.0.0.1:7002
+      - url: http://127.0.0.1:7003
+        slots: 9
+      - {url: "https://x.acu.run/v", slots: 1024}
+)");
+  const auto& eps = c.models[0].endpoints;
+  ASSERT_EQ(eps.size(), 4u);
+  EXPECT_EQ(eps[0].url.port, 7001);
+  EXPECT_EQ(eps[0].slots, 4u);  // the model's slots
+  EXPECT_EQ(eps[1].url.port, 7002);
+  EXPECT_EQ(eps[1].slots, 4u);  // map form without slots: still the model's
+  EXPECT_EQ(eps[2].slots, 9u);  // its own
+  EXPECT_EQ(eps[3].slots, 1024u);
+  EXPECT_EQ(eps[3].url.path_prefix, "/v");
+}
+
+TEST(ConfigEndpoint, ModelSlotsDefaultToOne) {
+  const Config c = load("models:\n  - name: m\n    endpoints: [http://a]\n");
+  EXPECT_EQ(c.models[0].endpoints[0].slots, 1u);
+}
+
+TEST(ConfigEndpoint, EmptyEndpointListIsAllowed) {
+  EXPECT_TRUE(load("models:\n  - name: m\n    endpoints: []\n").models[0].endpoints.empty());
+  EXPECT_TRUE(load("models:\n  - name: m\n    endpoints:\n").models[0].endpoints.empty());
+}
+
+TEST(ConfigEndpoint, BadUrlPassesParserMessage) {
+  EXPECT_TRUE(fails_with("models:\n  - name: m\n    endpoints:\n      - ftp://x\n", 4,
+                         "models[0].endpoints[0]",
+                         "invalid URL \"ftp://x\": scheme must be http or https"));
+}
+
+TEST(ConfigEndpoint, BadUrlInMapFormNamesUrlKey) {
+  EXPECT_TRUE(fails_with(
+      "models:\n  - name: m\n    endpoints:\n      - http://a\n      - url: http://a?x=1\n", 5,
+      "models[0].endpoints[1].url", "query or fragment not allowed"));
+}
+
+TEST(ConfigEndpoint, MissingUrlInMapForm) {
+  EXPECT_TRUE(fails_with("models:\n  - name: m\n    endpoints:\n      - slots: 2\n", 4,
+                         "models[0].endpoints[0].url", "missing"));
+}
+
+TEST(ConfigEndpoint, ListIsNotAnEndpoint) {
+  EXPECT_TRUE(fails_with("models:\n  - name: m\n    endpoints:\n      - [http://a]\n", 4,
+                         "models[0].endpoints[0]", "got a list"));
+}
+
+TEST(ConfigEndpoint, EndpointsMustBeAList) {
+  EXPECT_TRUE(fails_with("models:\n  - name: m\n    endpoints: http://a\n", 3,
+                         "models[0].endpoints", "expected a list"));
+}
+
+TEST(ConfigEndpoint, UnknownKeyInEndpointMap) {
+  EXPECT_TRUE(fails_with("models:\n  - name: m\n    endpoints:\n      - {url: http://a, slot: 2}\n",
+                         4, "models[0].endpoints[0].slot", "did you mean 'slots'?"));
+}
+
+TEST(ConfigEndpoint, SlotsOutOfRange) {
+  EXPECT_TRUE(
+      fails_with("models:\n  - name: m\n    endpoints:\n      - {url: http://a, slots: 0}\n", 4,
+                 "models[0].endpoints[0].slots", "between 1 and 1024"));
+  EXPECT_TRUE(fails_with(
+      "models:\n  - name: m\n    endpoints:\n      - url: http://a\n        slots: 1025\n", 5,
+      "models[0].endpoints[0].slots", "got 1025"));
+}
+
+TEST(ConfigEndpoint, DuplicateWithinModelAfterNormalisation) {
+  // An explicit default port and a trailing slash name the same replica.
+  EXPECT_TRUE(fails_with(
+      "models:\n  - name: m\n    endpoints:\n      - http://127.0.0.1:80/\n      - "
+      "http://127.0.0.1\n",
+      5, "models[0].endpoints[1]",
+      "duplicate endpoint http://127.0.0.1; already listed at models[0].endpoints[0] (line 4)"));
+}
+
+TEST(ConfigEndpoint, DuplicateAcrossModels) {
+  EXPECT_TRUE(fails_with(R"(models:
+  - name: a
+    endpoints: [https://x.acu.run]
+  - name: b
+    endpoints:
+      - {url: "https://x.acu.run:443"}
+)",
+                         6, "models[1].endpoints[0].url", "already listed at models[0]"));
+}
+
+TEST(ConfigEndpoint, DifferentPathsAreDistinct) {
+  const Config c = load("models:\n  - name: m\n    endpoints: [http://a/x, http://a/y]\n");
+  EXPECT_EQ(c.models[0].endpoints.size(), 2u);
+}
+
+// ---- Models ----
+
+TEST(ConfigModels, MissingModels) {
+  EXPECT_TRUE(fails_with("server:\n  listen: 127.0.0.1:1\n", 1, "models", "missing"));
+}
+
+TEST(ConfigModels, EmptyModelList) {
+  EXPECT_TRUE(fails_with("log: {level: info}\nmodels: []\n", 2, "models", "at least one model"));
+}
+
+TEST(ConfigModels, ModelsMustBeAList) {
+  EXPECT_TRUE(fails_with("models:\n  name: m\n", 2, "models", "expected a list of models"));
+}
+
+TEST(ConfigModels, ModelMustBeAMap) {
+  EXPECT_TRUE(fails_with("models:\n  - m\n", 2, "models[0]", "expected a map"));
+}
+
+TEST(ConfigModels, MissingNameUsesModelLine) {
+  EXPECT_TRUE(fails_with("models:\n  - name: a\n  - replicas: 2\n    slots: 1\n", 3,
+                         "models[1].name", "missing"));
+}
+
+TEST(ConfigModels, EmptyName) {
+  EXPECT_TRUE(fails_with("models:\n  - name: \"\"\n", 2, "models[0].name", "must not be empty"));
+  EXPECT_TRUE(fails_with("models:\n  - name:\n", 2, "models[0].name", "must not be empty"));
+}
+
+TEST(ConfigModels, DuplicateName) {
+  EXPECT_TRUE(fails_with("models:\n  - name: a\n  - name: b\n  - name: a\n", 4, "models[2].name",
+                         "duplicate model name \"a\"; already defined at models[0] (line 2)"));
+}
+
+TEST(ConfigModels, SlotsZero) {
+  EXPECT_TRUE(fails_with("models:\n  - name: a\n    slots: 0\n", 3, "models[0].slots",
+                         "between 1 and 1024"));
+}
+
+TEST(ConfigModels, SlotsTooLarge) {
+  EXPECT_TRUE(fails_with("models:\n  - name: a\n    slots: 1025\n", 3, "models[0].slots",
+                         "between 1 and 1024, got 1025"));
+}
+
+TEST(ConfigModels, NegativeReplicas) {
+  EXPECT_TRUE(fails_with("models:\n  - name: a\n    replicas: -1\n", 3, "models[0].replicas",
+                         "must not be negative"));
+}
+
+TEST(ConfigModels, ReplicasNotANumber) {
+  EXPECT_TRUE(fails_with("models:\n  - name: a\n    replicas: ten\n", 3, "models[0].replicas",
+                         "expected a whole number, got \"ten\""));
+}
+
+TEST(ConfigModels, UnknownModelKeySuggests) {
+  EXPECT_TRUE(fails_with("models:\n  - name: a\n    endpoint: [http://a]\n", 3,
+                         "models[0].endpoint", "unknown key; did you mean 'endpoints'?"));
+}
+
+// ---- Keys and types ----
+
+TEST(ConfigKeys, UnknownTopLevelKeySuggests) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "routnig: {}\n", 3, "routnig",
+                         "unknown key; did you mean 'routing'?"));
+}
+
+TEST(ConfigKeys, UnknownNestedKeySuggests) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "upstream:\n  conect_timeout: 5s\n", 4,
+                         "upstream.conect_timeout", "did you mean 'connect_timeout'?"));
+}
+
+TEST(ConfigKeys, UnknownTlsKey) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  tls:\n    certs: a\n", 5,
+                         "server.tls.certs", "did you mean 'cert'?"));
+}
+
+TEST(ConfigKeys, UnknownKeyWithoutSuggestion) {
+  const std::string error = error_of(std::string(kModels) + "log:\n  verbosity: 3\n");
+  EXPECT_EQ(error, "t.yaml:4: log.verbosity: unknown key");
+}
+
+TEST(ConfigKeys, DuplicateKey) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "log: {level: info}\nlog: {level: warn}\n", 4,
+                         "log", "duplicate key"));
+}
+
+TEST(ConfigKeys, NonScalarKey) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "? [a, b]\n: 1\n", 3, "(root)", "plain names"));
+}
+
+TEST(ConfigKeys, SectionMustBeAMap) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server: 5\n", 3, "server", "expected a map"));
+  EXPECT_TRUE(
+      fails_with(std::string(kModels) + "server:\n  tls: [a]\n", 4, "server.tls", "got a list"));
+}
+
+TEST(ConfigTypes, MapWhereScalarExpected) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  listen: {host: a}\n", 4,
+                         "server.listen", "expected a string, got a map"));
+}
+
+TEST(ConfigTypes, ListWhereIntegerExpected) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "routing:\n  retries: [1]\n", 4, "routing.retries",
+                         "expected a whole number, got a list"));
+}
+
+TEST(ConfigTypes, TextWhereIntegerExpected) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "routing:\n  queue_max: abc\n", 4,
+                         "routing.queue_max", "expected a whole number, got \"abc\""));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "routing:\n  queue_max: 1.5\n", 4,
+                         "routing.queue_max", "expected a whole number"));
+}
+
+TEST(ConfigTypes, NegativeUnsigned) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "upstream:\n  max_idle_per_replica: -2\n", 4,
+                         "upstream.max_idle_per_replica", "must not be negative, got -2"));
+}
+
+TEST(ConfigTypes, IntegerOverflow) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "routing:\n  retries: 4294967296\n", 4,
+                         "routing.retries", "must be at most 4294967295"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  max_body_bytes: 99999999999999999999\n",
+                         4, "server.max_body_bytes", "must be at most"));
+}
+
+TEST(ConfigTypes, MissingIntegerValue) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "routing:\n  retries:\n", 4, "routing.retries",
+                         "got nothing"));
+}
+
+// ---- Values ----
+
+TEST(ConfigValues, QueueMaxZero) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "routing:\n  queue_max: 0\n", 4,
+                         "routing.queue_max", "must be greater than 0"));
+}
+
+TEST(ConfigValues, MaxBodyBytesZero) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  max_body_bytes: 0\n", 4,
+                         "server.max_body_bytes", "must be greater than 0"));
+}
+
+TEST(ConfigValues, BadListenAddress) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  listen: localhost\n", 4,
+                         "server.listen", "missing port"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "admin:\n  listen: 127.0.0.1:70000\n", 4,
+                         "admin.listen", "port out of range"));
+}
+
+TEST(ConfigValues, SameListenAddress) {
+  EXPECT_TRUE(
+      fails_with(std::string(kModels) +
+                     "server:\n  listen: 127.0.0.1:8000\nadmin:\n  listen: 127.0.0.1:8000\n",
+                 6, "admin.listen", "must differ from server.listen"));
+}
+
+TEST(ConfigValues, PublicListenOnDefaultAdminAddress) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  listen: 127.0.0.1:9090\n", 4,
+                         "server.listen", "must differ from admin.listen"));
+}
+
+TEST(ConfigValues, WildcardOverlapsSpecificHost) {
+  EXPECT_TRUE(fails_with(
+      std::string(kModels) + "server: {listen: 0.0.0.0:8000}\nadmin: {listen: 127.0.0.1:8000}\n", 4,
+      "admin.listen", "must differ"));
+}
+
+TEST(ConfigValues, SamePortOnDifferentHostsIsFine) {
+  const Config c = load(std::string(kModels) +
+                        "server: {listen: 127.0.0.1:8000}\nadmin: {listen: 127.0.0.2:8000}\n");
+  EXPECT_EQ(c.admin.listen.port, 8000);
+}
+
+TEST(ConfigValues, PortZeroTwiceIsFine) {
+  const Config c =
+      load(std::string(kModels) + "server: {listen: 127.0.0.1:0}\nadmin: {listen: 127.0.0.1:0}\n");
+  EXPECT_EQ(c.server.listen.port, 0);
+  EXPECT_EQ(c.admin.listen.port, 0);
+}
+
+TEST(ConfigValues, TlsCertWithoutKey) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  tls:\n    cert: c.pem\n", 5,
+                         "server.tls.key", "required when server.tls.cert is set"));
+}
+
+TEST(ConfigValues, TlsKeyWithoutCert) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  tls: {cert: \"\", key: k.pem}\n", 4,
+                         "server.tls.cert", "required when server.tls.key is set"));
+}
+
+TEST(ConfigValues, TlsBothEmptyIsOff) {
+  EXPECT_FALSE(load(std::string(kModels) + "server:\n  tls: {cert: \"\", key: \"\"}\n")
+                   .server.tls.enabled());
+}
+
+TEST(ConfigValues, BadEnvNames) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  api_keys_env: 1KEYS\n", 4,
+                         "server.api_keys_env", "environment variable name"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  api_keys_env: MY-KEYS\n", 4,
+                         "server.api_keys_env", "\"MY-KEYS\""));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "upstream:\n  api_key_env: \"$KEY\"\n", 4,
+                         "upstream.api_key_env", "environment variable name"));
+}
+
+TEST(ConfigValues, GoodEnvNames) {
+  const Config c =
+      load(std::string(kModels) + "server: {api_keys_env: _k9}\nupstream: {api_key_env: Ab_1}\n");
+  EXPECT_EQ(c.server.api_keys_env, "_k9");
+  EXPECT_EQ(c.upstream.api_key_env, "Ab_1");
+}
+
+TEST(ConfigValues, BadLogLevel) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "log:\n  level: verbose\n", 4, "log.level",
+                         "expected one of debug, info, warn, error, got \"verbose\""));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "log:\n  level: INFO\n", 4, "log.level",
+                         "expected one of"));
+}
+
+// ---- The file as a whole ----
+
+TEST(ConfigFile, SyntaxErrorNamesLine) {
+  EXPECT_TRUE(fails_with("models:\n  - name: a\n    slots: [1, 2\n", 4, "(syntax)"));
+}
+
+TEST(ConfigFile, SyntaxErrorBadIndent) {
+  const std::string error = error_of("models:\n  - name: a\nlog:\n  level: info\n bad: x\n");
+  EXPECT_EQ(error.rfind("t.yaml:5: (syntax): ", 0), 0u) << error;
+}
+
+TEST(ConfigFile, EmptyFile) {
+  EXPECT_TRUE(fails_with("", 1, "models", "the file is empty"));
+  EXPECT_TRUE(fails_with("# only a comment\n\n", 1, "models", "the file is empty"));
+}
+
+TEST(ConfigFile, RootNotAMap) {
+  EXPECT_TRUE(fails_with("- name: m\n", 1, "(root)", "got a list"));
+  EXPECT_TRUE(fails_with("\n\nhello\n", 3, "(root)", "got \"hello\""));
+}
+
+TEST(ConfigFile, SecondDocumentRejected) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "---\nlog: {level: info}\n", 4, "(root)",
+                         "only one YAML document"));
+}
+
+TEST(ConfigFile, SourceNameInMessage) {
+  try {
+    load_config_string("models: []\n", "conf/x.yaml");
+    FAIL() << "expected an error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "conf/x.yaml:1: models: at least one model is required");
+  }
+}
+
+TEST(ConfigFile, UnreadableFile) {
+  const std::string path = std::string(FG_SOURCE_DIR) + "/config/does-not-exist.yaml";
+  try {
+    load_config_file(path);
+    FAIL() << "expected an error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(path + ": cannot read", 0), 0u) << e.what();
+  }
+}
+
+TEST(ConfigFile, ShippedExampleIsValid) {
+  const Config c = load_config_file(std::string(FG_SOURCE_DIR) + "/config/example.yaml");
+  ASSERT_FALSE(c.models.empty());
+  for (const auto& m : c.models) {
+    for (const auto& ep : m.endpoints) {
+      EXPECT_TRUE(ep.url.tls()) << ep.url.to_string();
+    }
+  }
+}
+
+TEST(ConfigFile, ShippedLocalIsValid) {
+  const Config c = load_config_file(std::string(FG_SOURCE_DIR) + "/config/local.yaml");
+  EXPECT_EQ(c.server.listen.to_string(), "127.0.0.1:8080");
+  EXPECT_EQ(c.admin.listen.to_string(), "127.0.0.1:9090");
+  ASSERT_EQ(c.models.size(), 1u);
+  const ModelConfig& m = c.models[0];
+  EXPECT_EQ(m.name, "qwen3.5-0.8b");
+  EXPECT_EQ(m.replicas, 4u);
+  EXPECT_EQ(m.slots, 1u);
+  ASSERT_EQ(m.endpoints.size(), 4u);
+  for (std::size_t i = 0; i < m.endpoints.size(); ++i) {
+    EXPECT_EQ(m.endpoints[i].url.to_string(), "http://127.0.0.1:" + std::to_string(7101 + i));
+    EXPECT_EQ(m.endpoints[i].slots, 1u);
+  }
+}
+
+}  // namespace
+}  // namespace fg::config

@@ -79,7 +79,7 @@ Gateway::Gateway(config::Config config)
       for (auto* replica : registry_.all()) {
         known += replica->model == model.name ? 1 : 0;
       }
-      metrics_.set_replicas(model.name, known, model.replicas);
+      metrics_.set_replicas(model.name, known, model.desired_replicas());
     }
   };
 

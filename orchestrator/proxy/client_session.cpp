@@ -14,6 +14,7 @@
 #include "common/net/http_io.hpp"
 #include "common/openai/errors.hpp"
 #include "common/openai/inspect.hpp"
+#include "orchestrator/metrics/metrics.hpp"
 #include "orchestrator/proxy/client_writer.hpp"
 #include "orchestrator/proxy/upstream.hpp"
 
@@ -155,12 +156,14 @@ asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
         break;
       case AcquireError::queue_full:
         record->outcome = "queue_full";
+        ctx->metrics->queue_rejection(info->model, "full");
         co_await writer->send_error(
             429, "the queue for model '" + info->model + "' is full; retry later", "queue_full",
             retry_after_headers("1"));
         co_return;
       case AcquireError::timeout:
         record->outcome = "queue_timeout";
+        ctx->metrics->queue_rejection(info->model, "timeout");
         co_await writer->send_error(
             503,
             "no replica of model '" + info->model + "' became free within routing.queue_timeout",
@@ -173,6 +176,7 @@ asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
         co_return;
       case AcquireError::cancelled:
         record->outcome = "client_gone";
+        ctx->metrics->queue_rejection(info->model, "client_gone");
         co_return;
     }
     SlotLease lease = std::move(acquired.lease);
@@ -194,11 +198,16 @@ asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
         co_return;
       case ExchangeResult::Kind::failed_after_content:
         ++replica->failures;
+        ctx->metrics->upstream_error(info->model, std::string(to_string(last.error)));
         record->outcome = "upstream_failed_mid_stream";
         co_return;
       case ExchangeResult::Kind::retryable:
         ++replica->failures;
         tried.push_back(replica->id);
+        ctx->metrics->upstream_error(info->model, std::string(to_string(last.error)));
+        if (attempt < routing.retries) {
+          ctx->metrics->retry(info->model);
+        }
         log::info("upstream attempt failed", {{"request_id", writer->request_id()},
                                               {"replica", replica->name},
                                               {"error", to_string(last.error)},
@@ -229,11 +238,27 @@ asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
                               "upstream_error", std::move(extra));
 }
 
-void log_request(const ClientWriter& writer, const RequestRecord& record, Clock::time_point start) {
+void log_request(ProxyContext* ctx, const ClientWriter& writer, const RequestRecord& record,
+                 Clock::time_point start) {
   auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   nlohmann::json ttfb = nullptr;
   if (auto first = writer.first_content_at()) {
     ttfb = ms(*first - start);
+  }
+  const auto now = Clock::now();
+  ctx->metrics->request_done(
+      record.model, record.endpoint, writer.status(),
+      std::chrono::duration<double>(now - start).count(),
+      std::chrono::duration<double>(record.queue_wait).count(),
+      writer.first_content_at()
+          ? std::chrono::duration<double>(*writer.first_content_at() - start).count()
+          : -1.0);
+  if (record.prompt_tokens) {
+    ctx->metrics->tokens(record.model, "prompt", static_cast<double>(*record.prompt_tokens));
+  }
+  if (record.completion_tokens) {
+    ctx->metrics->tokens(record.model, "completion",
+                         static_cast<double>(*record.completion_tokens));
   }
   log::info(
       "request",
@@ -246,7 +271,7 @@ void log_request(const ClientWriter& writer, const RequestRecord& record, Clock:
        {"attempts", record.attempts},
        {"queue_wait_ms", ms(record.queue_wait)},
        {"ttfb_ms", ttfb},
-       {"duration_ms", ms(Clock::now() - start)},
+       {"duration_ms", ms(now - start)},
        {"prompt_tokens",
         record.prompt_tokens ? nlohmann::json(*record.prompt_tokens) : nlohmann::json(nullptr)},
        {"completion_tokens", record.completion_tokens ? nlohmann::json(*record.completion_tokens)
@@ -323,16 +348,18 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
   if (auto* error = std::get_if<openai::InspectError>(&inspected)) {
     record.outcome = "bad_request";
     co_await writer.send_error(static_cast<unsigned>(error->status), error->message, error->code);
-    log_request(writer, record, start);
+    log_request(ctx, writer, record, start);
     co_return finish();
   }
   auto info = std::get<openai::RequestInfo>(inspected);
   record.model = info.model;
   if (!ctx->broker->scheduler().has_model(info.model)) {
+    // Not a label value: clients choose this string, metrics must stay bounded.
+    record.model.clear();
     record.outcome = "model_not_found";
     co_await writer.send_error(404, "the model '" + info.model + "' does not exist",
                                "model_not_found");
-    log_request(writer, record, start);
+    log_request(ctx, writer, record, start);
     co_return finish();
   }
 
@@ -354,7 +381,7 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
   if (client_gone) {
     record.outcome = "client_gone";
   }
-  log_request(writer, record, start);
+  log_request(ctx, writer, record, start);
   co_return !client_gone && finish();
 }
 

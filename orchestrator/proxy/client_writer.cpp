@@ -67,8 +67,12 @@ asio::awaitable<bool> ClientWriter::send_error(unsigned status, std::string mess
   if (!streaming_ || finished_) {
     co_return false;
   }
+  // No co_await inside && or ?: anywhere: GCC 12 miscompiles it (SIGILL at run time).
   bool ok = co_await write(net::chunk(openai::sse_error(message, type, code)));
-  co_return ok&& co_await end_stream();
+  if (!ok) {
+    co_return false;
+  }
+  co_return co_await end_stream();
 }
 
 asio::awaitable<bool> ClientWriter::begin_stream(unsigned status, std::string content_type) {
@@ -108,8 +112,11 @@ asio::awaitable<bool> ClientWriter::keepalive() {
   if (content_started_ || finished_) {
     co_return !broken_;
   }
-  if (!head_sent_ && !co_await begin_stream(200, "text/event-stream")) {
-    co_return false;
+  if (!head_sent_) {
+    bool opened = co_await begin_stream(200, "text/event-stream");
+    if (!opened) {
+      co_return false;
+    }
   }
   co_return co_await write(net::chunk(openai::sse_comment("keep-alive")));
 }

@@ -342,8 +342,8 @@ asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, fleet::Replica* repl
     }
   }
   finish_conn();
-  result.kind = co_await writer->end_stream() ? ExchangeResult::Kind::done
-                                              : ExchangeResult::Kind::client_gone;
+  bool ended = co_await writer->end_stream();
+  result.kind = ended ? ExchangeResult::Kind::done : ExchangeResult::Kind::client_gone;
   co_return result;
 }
 

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   fg::log::set_level(level);
 
   try {
-    fg::app::Gateway gateway(std::move(config));
+    fg::app::Gateway gateway(std::move(config), config_path);
     return gateway.run();
   } catch (const std::exception& e) {
     fg::log::error("cannot start", {{"error", e.what()}});

@@ -2,8 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <openssl/crypto.h>
 #include "common/net/http_io.hpp"
+
+#include "common/log/log.hpp"
 #include "common/openai/errors.hpp"
+#include "orchestrator/fleet/fleet_manager.hpp"
 
 namespace fg::admin {
 
@@ -18,9 +22,99 @@ struct Reply {
   std::string body;
 };
 
+Reply error_reply(unsigned status, std::string message, std::string code) {
+  return {status, "application/json",
+          openai::error_body(message, openai::error_type_for_status(status), code)};
+}
+
+Reply json_reply(unsigned status, const nlohmann::json& body) {
+  return {status, "application/json", body.dump()};
+}
+
+bool bearer_matches(std::string_view header, const std::string& token) {
+  constexpr std::string_view kBearer = "Bearer ";
+  if (token.empty() || header.size() != kBearer.size() + token.size() ||
+      header.substr(0, kBearer.size()) != kBearer) {
+    return false;
+  }
+  return CRYPTO_memcmp(header.data() + kBearer.size(), token.data(), token.size()) == 0;
+}
+
+// /admin/v1/...: registration (its own token) and fleet management (the admin token).
+Reply route_api(AdminContext& ctx, const net::Request& request, std::string_view path) {
+  const auto method = request.method();
+  const auto auth = request[http::field::authorization];
+  constexpr std::string_view kReplicas = "/admin/v1/replicas";
+
+  if (path == "/admin/v1/replicas/register" ||
+      (path.size() > kReplicas.size() + 1 &&
+       path.substr(0, kReplicas.size() + 1) == "/admin/v1/replicas/" && path.size() >= 10 &&
+       path.substr(path.size() - 10) == "/heartbeat")) {
+    if (method != http::verb::post) {
+      return error_reply(405, "use POST", "method_not_allowed");
+    }
+    if (ctx.registration_token.empty()) {
+      return error_reply(403, "registration is off (registration.token_env is not set)",
+                         "registration_disabled");
+    }
+    if (!bearer_matches(auth, ctx.registration_token)) {
+      log::warn("registration refused: missing or wrong token");
+      return error_reply(401, "a valid registration token is required", "invalid_token");
+    }
+    if (path == "/admin/v1/replicas/register") {
+      auto body = nlohmann::json::parse(request.body(), nullptr, false);
+      auto answer = ctx.fleet->register_replica(body);
+      return json_reply(answer.status, answer.body);
+    }
+    std::string id(path.substr(kReplicas.size() + 1, path.size() - kReplicas.size() - 1 -
+                                                         std::string_view("/heartbeat").size()));
+    auto answer = ctx.fleet->heartbeat(id);
+    return json_reply(answer.status, answer.body);
+  }
+
+  if (!ctx.admin_token.empty() && !bearer_matches(auth, ctx.admin_token)) {
+    return error_reply(401, "a valid admin token is required", "invalid_token");
+  }
+  if (path == kReplicas) {
+    if (method != http::verb::get) {
+      return error_reply(405, "use GET", "method_not_allowed");
+    }
+    return json_reply(200, nlohmann::json{{"replicas", ctx.fleet->replicas_json()}});
+  }
+  if (path == "/admin/v1/fleet") {
+    if (method != http::verb::get) {
+      return error_reply(405, "use GET", "method_not_allowed");
+    }
+    return json_reply(200, ctx.fleet->fleet_json());
+  }
+  if (path.size() > kReplicas.size() + 1 &&
+      path.substr(0, kReplicas.size() + 1) == "/admin/v1/replicas/") {
+    std::string_view rest = path.substr(kReplicas.size() + 1);
+    auto slash = rest.find('/');
+    std::string id(rest.substr(0, slash));
+    std::string_view action = slash == std::string_view::npos ? "" : rest.substr(slash + 1);
+    fleet::FleetManager::Answer answer;
+    if (action.empty() && method == http::verb::delete_) {
+      answer = ctx.fleet->remove(id);
+    } else if (action == "drain" && method == http::verb::post) {
+      answer = ctx.fleet->drain(id);
+    } else if (action == "undrain" && method == http::verb::post) {
+      answer = ctx.fleet->undrain(id);
+    } else {
+      return error_reply(405, "use POST .../drain, POST .../undrain or DELETE",
+                         "method_not_allowed");
+    }
+    return json_reply(answer.status, answer.body);
+  }
+  return error_reply(404, "no admin route for " + std::string(path), "not_found");
+}
+
 Reply route(AdminContext& ctx, const net::Request& request) {
   std::string_view target(request.target().data(), request.target().size());
   std::string_view path = target.substr(0, target.find('?'));
+  if (path.substr(0, 10) == "/admin/v1/") {
+    return route_api(ctx, request, path);
+  }
   if (request.method() != http::verb::get) {
     return {405, "application/json",
             openai::error_body("the admin routes answer GET", "invalid_request_error",
@@ -33,16 +127,11 @@ Reply route(AdminContext& ctx, const net::Request& request) {
     nlohmann::json models = nlohmann::json::object();
     bool ready = false;
     for (const auto& model : ctx.config->models) {
-      std::size_t routable = 0;
-      for (auto* replica : ctx.registry->all()) {
-        if (replica->model == model.name && ctx.scheduler->routable(replica->id)) {
-          ++routable;
-        }
-      }
-      models[model.name] = routable;
-      ready = ready || routable > 0;
+      auto healthy = ctx.fleet->healthy_count(model.name);
+      models[model.name] = healthy;
+      ready = ready || healthy > 0;
     }
-    nlohmann::json body{{"status", ready ? "ready" : "not_ready"}, {"routable_replicas", models}};
+    nlohmann::json body{{"status", ready ? "ready" : "not_ready"}, {"healthy_replicas", models}};
     return {ready ? 200u : 503u, "application/json", body.dump()};
   }
   if (path == "/metrics") {

@@ -38,11 +38,13 @@ asio::awaitable<void> serve_public(proxy::ProxyContext* ctx, std::unique_ptr<net
 
 }  // namespace
 
-Gateway::Gateway(config::Config config)
+Gateway::Gateway(config::Config config, std::string config_path)
     : config_(std::move(config)),
+      config_path_(std::move(config_path)),
       scheduler_(config_.routing.queue_max),
       broker_(io_.get_executor(), scheduler_),
       signals_(io_, SIGTERM, SIGINT),
+      hangup_(io_, SIGHUP),
       drain_timer_(io_) {
   upstream_tls_ = net::make_client_tls_context(config_.upstream.ca_file);
   if (config_.server.tls.enabled()) {
@@ -70,20 +72,34 @@ Gateway::Gateway(config::Config config)
   admin_ctx_.registry = &registry_;
   admin_ctx_.scheduler = &scheduler_;
   admin_ctx_.metrics = &metrics_;
+  fleet_ = std::make_unique<fleet::FleetManager>(
+      io_.get_executor(), &config_, registry_, scheduler_, metrics_, upstream_tls_.get(),
+      proxy_ctx_.upstream_authorization,
+      [this](const std::vector<scheduling::Grant>& grants) { broker_.deliver(grants); },
+      [this](const std::vector<scheduling::WaiterId>& waiters) { broker_.abandon(waiters); });
+  proxy_ctx_.fleet = fleet_.get();
+  admin_ctx_.fleet = fleet_.get();
+  if (const char* token = env_or_null(config_.admin.token_env); token && *token) {
+    admin_ctx_.admin_token = token;
+  }
+  if (const char* token = env_or_null(config_.registration.token_env); token && *token) {
+    admin_ctx_.registration_token = token;
+  } else if (!config_.registration.token_env.empty()) {
+    log::warn("registration is off: its token variable is empty or unset",
+              {{"key", "registration.token_env"}, {"env", config_.registration.token_env}});
+  }
+  if (admin_ctx_.admin_token.empty()) {
+    log::warn("the admin API (/admin/v1) is open: no admin token is configured",
+              {{"key", "admin.token_env"}});
+  }
   metrics_.before_scrape = [this] {
     for (const auto& model : config_.models) {
       metrics_.set_queue_depth(model.name, static_cast<double>(scheduler_.queue_depth(model.name)));
       metrics_.set_slots(model.name, scheduler_.busy_slots(model.name),
                          scheduler_.free_slots(model.name));
-      double known = 0;
-      for (auto* replica : registry_.all()) {
-        known += replica->model == model.name ? 1 : 0;
-      }
-      metrics_.set_replicas(model.name, known, model.desired_replicas());
     }
+    fleet_->update_metrics();
   };
-
-  build_fleet();
 
   public_listener_ = std::make_unique<net::Listener>(
       io_.get_executor(), config_.server.listen, public_tls_,
@@ -99,18 +115,47 @@ Gateway::Gateway(config::Config config)
       "admin");
 }
 
-void Gateway::build_fleet() {
-  for (const auto& model : config_.models) {
-    scheduler_.add_model(model.name);
-    for (const auto& endpoint : model.endpoints) {
-      auto& replica = registry_.add(model.name, endpoint.url, endpoint.slots);
-      broker_.deliver(scheduler_.add_replica(replica.id, model.name, endpoint.slots));
-      log::info("replica added", {{"replica", replica.name},
-                                  {"model", model.name},
-                                  {"url", endpoint.url.to_string()},
-                                  {"slots", endpoint.slots}});
-    }
+void Gateway::reload() {
+  if (config_path_.empty()) {
+    log::warn("SIGHUP ignored: the gateway runs on the embedded configuration (no file to reread)");
+    return;
   }
+  config::Config next;
+  try {
+    next = config::load_config_file(config_path_);
+  } catch (const config::ConfigError& e) {
+    log::error("reload refused: the new configuration is invalid; keeping the old one",
+               {{"error", e.what()}});
+    return;
+  }
+  if (next.server.listen.to_string() != config_.server.listen.to_string() ||
+      next.admin.listen.to_string() != config_.admin.listen.to_string() ||
+      next.server.tls.cert != config_.server.tls.cert ||
+      next.server.tls.key != config_.server.tls.key) {
+    log::warn("listen addresses and TLS files change only on restart; the rest is applied");
+    next.server.listen = config_.server.listen;
+    next.admin.listen = config_.admin.listen;
+    next.server.tls = config_.server.tls;
+  }
+  // Keys read from the environment at start stay as they were.
+  next.server.api_keys_env = config_.server.api_keys_env;
+  next.upstream.api_key_env = config_.upstream.api_key_env;
+  next.upstream.ca_file = config_.upstream.ca_file;
+  next.admin.token_env = config_.admin.token_env;
+  next.registration.token_env = config_.registration.token_env;
+  config_ = std::move(next);
+  fleet_->reload();
+  log::info("configuration reloaded", {{"file", config_path_}, {"models", config_.models.size()}});
+}
+
+void Gateway::wait_for_hangup() {
+  hangup_.async_wait([this](boost::system::error_code ec, int) {
+    if (ec || shutting_down_) {
+      return;
+    }
+    reload();
+    wait_for_hangup();
+  });
 }
 
 void Gateway::begin_shutdown(int signal_number) {
@@ -126,6 +171,8 @@ void Gateway::begin_shutdown(int signal_number) {
              {"open_connections", sessions_.size()},
              {"drain_timeout_ms", config_.server.drain_timeout.count()}});
   public_listener_->stop();
+  fleet_->stop();
+  hangup_.cancel();
   sessions_.on_drained = [this] {
     log::info("drained: every request finished");
     admin_listener_->stop();
@@ -151,6 +198,7 @@ void Gateway::begin_shutdown(int signal_number) {
 }
 
 int Gateway::run() {
+  fleet_->start();
   public_listener_->start();
   admin_listener_->start();
   log::info("listening", {{"listener", "public"},
@@ -165,6 +213,7 @@ int Gateway::run() {
       begin_shutdown(sig);
     }
   });
+  wait_for_hangup();
   io_.run();
   log::info("stopped");
   return 0;

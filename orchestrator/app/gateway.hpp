@@ -11,6 +11,7 @@
 #include "common/net/server.hpp"
 #include "orchestrator/admin/admin.hpp"
 #include "orchestrator/config/config.hpp"
+#include "orchestrator/fleet/fleet_manager.hpp"
 #include "orchestrator/fleet/registry.hpp"
 #include "orchestrator/metrics/metrics.hpp"
 #include "orchestrator/proxy/context.hpp"
@@ -24,16 +25,19 @@ namespace fg::app {
 class Gateway {
  public:
   // Throws std::runtime_error for start-up problems (cannot bind, bad TLS files).
-  explicit Gateway(config::Config config);
+  // config_path is reread on SIGHUP (empty: the embedded default, not reloadable).
+  Gateway(config::Config config, std::string config_path);
   // Runs until SIGTERM/SIGINT and the drain that follows. Returns the process exit code.
   int run();
 
  private:
-  void build_fleet();
   void begin_shutdown(int signal_number);
+  void reload();
+  void wait_for_hangup();
 
   boost::asio::io_context io_{1};
   config::Config config_;
+  std::string config_path_;
   scheduling::Scheduler scheduler_;
   proxy::SlotBroker broker_;
   fleet::Registry registry_;
@@ -41,11 +45,13 @@ class Gateway {
   metrics::Metrics metrics_;
   std::shared_ptr<boost::asio::ssl::context> upstream_tls_;
   std::shared_ptr<boost::asio::ssl::context> public_tls_;
+  std::unique_ptr<fleet::FleetManager> fleet_;
   proxy::ProxyContext proxy_ctx_;
   admin::AdminContext admin_ctx_;
   std::unique_ptr<net::Listener> public_listener_;
   std::unique_ptr<net::Listener> admin_listener_;
   boost::asio::signal_set signals_;
+  boost::asio::signal_set hangup_;
   boost::asio::steady_timer drain_timer_;
   bool shutting_down_ = false;
 };

@@ -18,13 +18,17 @@ namespace {
 
 // Key names each section accepts. Kept next to the parser so a new field cannot be parsed
 // without also being accepted (and suggested in "did you mean").
-const std::vector<std::string> kRootKeys = {"server",  "admin",    "models",
-                                            "routing", "upstream", "log"};
+const std::vector<std::string> kRootKeys = {"server", "admin",   "health",   "registration",
+                                            "models", "routing", "upstream", "log"};
 const std::vector<std::string> kServerKeys = {"listen",         "tls",          "api_keys_env",
                                               "max_body_bytes", "read_timeout", "drain_timeout"};
 const std::vector<std::string> kTlsKeys = {"cert", "key"};
-const std::vector<std::string> kAdminKeys = {"listen"};
-const std::vector<std::string> kModelKeys = {"name", "replicas", "slots", "endpoints"};
+const std::vector<std::string> kAdminKeys = {"listen", "token_env"};
+const std::vector<std::string> kHealthKeys = {"interval",        "timeout",       "path",
+                                              "unhealthy_after", "healthy_after", "eject_after"};
+const std::vector<std::string> kRegistrationKeys = {"token_env", "allowed_urls", "expire_after",
+                                                    "heartbeat_interval"};
+const std::vector<std::string> kModelKeys = {"name", "replicas", "slots", "endpoints", "health"};
 const std::vector<std::string> kEndpointKeys = {"url", "slots"};
 const std::vector<std::string> kRoutingKeys = {"queue_max", "queue_timeout", "retries",
                                                "keepalive_interval"};
@@ -152,12 +156,23 @@ class Parser {
     if (const auto* n = top.find("admin")) {
       const Section s = section(*n, "admin", value_line(top, "admin"), kAdminKeys);
       admin_listen_line_ = read_host_port(s, "listen", config.admin.listen);
+      read_env_name(s, "token_env", config.admin.token_env);
+    }
+    // Before the models: each model's health settings start from the global ones.
+    if (const auto* n = top.find("health")) {
+      const Section s = section(*n, "health", value_line(top, "health"), kHealthKeys);
+      read_health(s, config.health);
+      check_health_timeout(s, nullptr, config.health);
+      global_health_ = s;
+    }
+    if (const auto* n = top.find("registration")) {
+      parse_registration(*n, value_line(top, "registration"), config.registration);
     }
     const YAML::Node* models = top.find("models");
     if (models == nullptr) {
       fail(top.line, "models", "missing; at least one model is required");
     }
-    parse_models(*models, value_line(top, "models"), config.models);
+    parse_models(*models, value_line(top, "models"), config.health, config.models);
     if (const auto* n = top.find("routing")) {
       parse_routing(*n, value_line(top, "routing"), config.routing);
     }
@@ -419,7 +434,8 @@ class Parser {
     read_duration(s, "drain_timeout", true, out.drain_timeout);
   }
 
-  void parse_models(const YAML::Node& node, int line, std::vector<ModelConfig>& out) {
+  void parse_models(const YAML::Node& node, int line, const HealthConfig& health,
+                    std::vector<ModelConfig>& out) {
     if (!node.IsSequence()) {
       fail(line, "models", "expected a list of models, got " + describe(node));
     }
@@ -430,6 +446,7 @@ class Parser {
     for (std::size_t i = 0; i < node.size(); ++i) {
       const YAML::Node m = node[i];
       ModelConfig model;
+      model.health = health;
       const int name_line = parse_model(m, index_path("models", i), line, model);
       const std::string where =
           index_path("models", i) + " (line " + std::to_string(name_line) + ")";
@@ -457,6 +474,11 @@ class Parser {
     }
     read_u32(s, "replicas", out.replicas);
     read_u32_in(s, "slots", 1, kMaxSlots, out.slots);
+    if (const auto* h = s.find("health")) {
+      const Section hs = section(*h, join(path, "health"), value_line(s, "health"), kHealthKeys);
+      read_health(hs, out.health);
+      check_health_timeout(global_health_, &hs, out.health);
+    }
     const YAML::Node* eps = s.find("endpoints");
     if (eps == nullptr || eps->IsNull()) {
       return name_line;
@@ -509,6 +531,127 @@ class Parser {
     return ep;
   }
 
+  // Reads the health keys present in s over out (the defaults, or the global settings for a
+  // model's override).
+  void read_health(const Section& s, HealthConfig& out) const {
+    read_duration(s, "interval", false, out.interval);
+    read_duration(s, "timeout", false, out.timeout);
+    if (read_string(s, "path", out.path)) {
+      const bool clean = std::none_of(out.path.begin(), out.path.end(), [](char c) {
+        return static_cast<unsigned char>(c) <= ' ' || c == '\x7f' || c == '#';
+      });
+      if (out.path.empty() || out.path[0] != '/' || !clean) {
+        fail(value_line(s, "path"), join(s.path, "path"),
+             "expected a URL path starting with \"/\" such as /health (no spaces or '#'), got " +
+                 quoted(out.path));
+      }
+    }
+    read_positive_u32(s, "unhealthy_after", out.unhealthy_after);
+    read_positive_u32(s, "healthy_after", out.healthy_after);
+    read_positive_u32(s, "eject_after", out.eject_after);
+  }
+
+  // A probe that may take as long as the interval would overlap the next one. h holds resolved
+  // values; global is the top-level health section (empty when absent) and model the model's
+  // override (nullptr for the global check). Blames the key that made the pair invalid: the
+  // model's own timeout or interval when it wrote one, else the global one.
+  void check_health_timeout(const Section& global, const Section* model,
+                            const HealthConfig& h) const {
+    if (h.timeout < h.interval) {
+      return;
+    }
+    // Where a resolved value came from, for the message.
+    auto origin = [&](const std::string& key) -> std::string {
+      if (model != nullptr && model->find(key) != nullptr) {
+        return join(model->path, key);
+      }
+      if (global.find(key) != nullptr) {
+        return join("health", key);
+      }
+      return "default";
+    };
+    const Section& blamed = model != nullptr ? *model : global;
+    const std::string key = blamed.find("timeout") != nullptr ? "timeout" : "interval";
+    fail(value_line(blamed, key), join(blamed.path, key),
+         "the probe timeout must be less than the interval, got timeout " +
+             format_duration(h.timeout) + " (" + origin("timeout") + ") and interval " +
+             format_duration(h.interval) + " (" + origin("interval") + ")");
+  }
+
+  void parse_registration(const YAML::Node& node, int line, RegistrationConfig& out) const {
+    const Section s = section(node, "registration", line, kRegistrationKeys);
+    read_env_name(s, "token_env", out.token_env);
+    const YAML::Node* urls = s.find("allowed_urls");
+    const std::string urls_path = "registration.allowed_urls";
+    if (urls != nullptr && !urls->IsNull()) {
+      const int urls_line = value_line(s, "allowed_urls");
+      if (!urls->IsSequence()) {
+        fail(urls_line, urls_path,
+             "expected a list of URL patterns such as [\"https://*.acu.run\"], got " +
+                 describe(*urls));
+      }
+      for (std::size_t i = 0; i < urls->size(); ++i) {
+        const YAML::Node item = (*urls)[i];
+        const int item_line = line_of(item, urls_line);
+        const std::string item_path = index_path(urls_path, i);
+        if (!item.IsScalar()) {
+          fail(item_line, item_path, "expected a URL pattern, got " + describe(item));
+        }
+        check_url_pattern(item.Scalar(), item_line, item_path);
+        out.allowed_urls.push_back(item.Scalar());
+      }
+    }
+    read_duration(s, "expire_after", false, out.expire_after);
+    read_duration(s, "heartbeat_interval", false, out.heartbeat_interval);
+    if (!out.token_env.empty() && out.allowed_urls.empty()) {
+      const std::string key = urls != nullptr ? "allowed_urls" : "token_env";
+      fail(value_line(s, key), urls_path,
+           "empty while registration.token_env is set, so every registration would be refused; "
+           "list the URL patterns agents may register (e.g. \"https://*.acu.run\"), or leave "
+           "token_env empty to disable registration");
+    }
+  }
+
+  // Patterns are matched against normalised URLs (lower-case scheme and host, no default port,
+  // no trailing slash), so a pattern that could never match one is refused here.
+  void check_url_pattern(const std::string& pattern, int line, const std::string& path) const {
+    const auto bad = [&](const std::string& why) {
+      fail(line, path, "invalid URL pattern " + quoted(pattern) + ": " + why);
+    };
+    std::string scheme;
+    for (const char* s : {"http", "https"}) {
+      if (pattern.rfind(std::string(s) + "://", 0) == 0) {
+        scheme = s;
+      }
+    }
+    if (scheme.empty()) {
+      bad("must start with http:// or https://");
+    }
+    const std::string rest = pattern.substr(scheme.size() + 3);
+    if (rest.empty() || rest[0] == '/') {
+      bad("missing host");
+    }
+    for (char c : rest) {
+      if (static_cast<unsigned char>(c) <= ' ' || c == '\x7f' || c == '#') {
+        bad("spaces, control characters and '#' are not allowed");
+      }
+      if (c >= 'A' && c <= 'Z') {
+        bad("must be lower case (registered URLs are compared in normalised, lower-case form)");
+      }
+    }
+    if (rest.back() == '/') {
+      bad("must not end with '/' (normalised URLs never do)");
+    }
+    const std::string authority = rest.substr(0, rest.find('/'));
+    const std::string default_port = scheme == "https" ? ":443" : ":80";
+    if (authority.size() >= default_port.size() &&
+        authority.compare(authority.size() - default_port.size(), default_port.size(),
+                          default_port) == 0) {
+      bad("normalised URLs omit the default port " + default_port.substr(1) +
+          "; leave it out of the pattern");
+    }
+  }
+
   void parse_routing(const YAML::Node& node, int line, RoutingConfig& out) const {
     const Section s = section(node, "routing", line, kRoutingKeys);
     read_positive_u32(s, "queue_max", out.queue_max);
@@ -558,9 +701,32 @@ class Parser {
   std::map<std::string, std::string> endpoint_urls_;  // normalised URL -> where first listed
   int server_listen_line_ = 0;                        // 0 = not written in the file
   int admin_listen_line_ = 0;
+  Section global_health_{"health"};  // the top-level health section; empty when absent
 };
 
 }  // namespace
+
+bool glob_match(std::string_view pattern, std::string_view text) {
+  // reach[j]: the pattern read so far matches text[0, j).
+  std::vector<char> reach(text.size() + 1, 0);
+  std::vector<char> next(text.size() + 1, 0);
+  reach[0] = 1;
+  for (const char p : pattern) {
+    next[0] = p == '*' ? reach[0] : 0;
+    for (std::size_t j = 1; j <= text.size(); ++j) {
+      const char t = text[j - 1];
+      if (p == '*') {
+        next[j] = reach[j] || (next[j - 1] && t != '/');
+      } else if (p == '?') {
+        next[j] = reach[j - 1] && t != '/';
+      } else {
+        next[j] = reach[j - 1] && t == p;
+      }
+    }
+    std::swap(reach, next);
+  }
+  return reach[text.size()] != 0;
+}
 
 Config load_config_string(const std::string& text, const std::string& source) {
   return Parser(source).parse(text);

@@ -33,6 +33,29 @@ struct ServerConfig {
 
 struct AdminConfig {
   net::HostPort listen{"127.0.0.1", 9090};
+  std::string token_env;  // name of an env var with the /admin/v1 bearer token; empty = none
+};
+
+// Active health checks and passive ejection. The top-level `health:` section sets the fleet-wide
+// values; `models[i].health:` may override any subset for one model.
+struct HealthConfig {
+  milliseconds interval{5000};        // between probes of one replica (> 0)
+  milliseconds timeout{3000};         // for one probe (> 0, < interval)
+  std::string path = "/health";       // probed with GET {replica}{path}
+  std::uint32_t unhealthy_after = 3;  // consecutive failed probes -> unhealthy
+  std::uint32_t healthy_after = 2;    // consecutive passed probes -> healthy
+  std::uint32_t eject_after = 3;      // consecutive failures on real traffic -> unhealthy
+};
+
+// Dynamic fleet: phones registering themselves on the admin listener.
+struct RegistrationConfig {
+  std::string token_env;  // env var with the registration bearer token; empty = disabled
+  // Glob patterns (see glob_match) a registered URL, normalised with net::Url::to_string(), must
+  // match. Empty = nothing is allowed.
+  std::vector<std::string> allowed_urls;
+  milliseconds expire_after{600000};       // no heartbeat for this long -> gone
+  milliseconds heartbeat_interval{10000};  // returned to agents as heartbeat_interval_s
+  bool enabled() const { return !token_env.empty(); }
 };
 
 struct Endpoint {
@@ -45,6 +68,7 @@ struct ModelConfig {
   std::uint32_t replicas = 0;  // desired replica count (0 = not stated: the endpoint count)
   std::uint32_t slots = 1;     // default slots per replica
   std::vector<Endpoint> endpoints;
+  HealthConfig health;  // resolved: the global health settings overridden by the model's own
   // The fleet size to aim for: replicas when stated, else the number of static endpoints.
   std::uint32_t desired_replicas() const {
     return replicas != 0 ? replicas : static_cast<std::uint32_t>(endpoints.size());
@@ -74,6 +98,8 @@ struct LogConfig {
 struct Config {
   ServerConfig server;
   AdminConfig admin;
+  HealthConfig health;  // global; each ModelConfig::health holds the resolved per-model values
+  RegistrationConfig registration;
   std::vector<ModelConfig> models;
   RoutingConfig routing;
   UpstreamConfig upstream;
@@ -95,6 +121,13 @@ class ConfigError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// Whether text matches the glob pattern, case-sensitively: '*' matches any run of characters
+// (including none) and '?' exactly one character, except that neither matches '/', so the host
+// part of a pattern cannot swallow a path ("https://*.acu.run" does not match
+// "https://evil.com/x.acu.run"). Every other character matches itself. Used to check registered
+// replica URLs, normalised with net::Url::to_string(), against registration.allowed_urls.
+bool glob_match(std::string_view pattern, std::string_view text);
 
 // Parses and validates YAML text; source names the file in messages. Throws ConfigError.
 Config load_config_string(const std::string& text, const std::string& source);

@@ -2,39 +2,56 @@
 
 namespace fg::fleet {
 
-Replica& Registry::add(const std::string& model, const net::Url& url, std::uint32_t slots) {
-  auto replica = std::make_unique<Replica>();
+std::shared_ptr<Replica> Registry::add(const std::string& model, const net::Url& url,
+                                       std::uint32_t slots) {
+  auto replica = std::make_shared<Replica>();
   replica->id = next_id_++;
   replica->name = "r" + std::to_string(replica->id);
   replica->model = model;
   replica->url = url;
   replica->slots = slots;
-  auto& ref = *replica;
-  replicas_.emplace(ref.id, std::move(replica));
-  return ref;
+  replicas_.emplace(replica->id, replica);
+  return replica;
 }
 
-Replica* Registry::find(ReplicaId id) {
+std::shared_ptr<Replica> Registry::find(ReplicaId id) const {
   auto it = replicas_.find(id);
-  return it == replicas_.end() ? nullptr : it->second.get();
+  return it == replicas_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Replica> Registry::find_by_url(const std::string& normalised_url) const {
+  for (const auto& [id, replica] : replicas_) {
+    if (replica->url.to_string() == normalised_url) {
+      return replica;
+    }
+  }
+  return nullptr;
 }
 
 void Registry::remove(ReplicaId id) {
-  replicas_.erase(id);
+  auto it = replicas_.find(id);
+  if (it == replicas_.end()) {
+    return;
+  }
+  it->second->removed = true;
+  it->second->idle.clear();
+  if (it->second->stop_probe) {
+    it->second->stop_probe();
+  }
+  replicas_.erase(it);
 }
 
-std::vector<Replica*> Registry::all() {
-  std::vector<Replica*> out;
+std::vector<std::shared_ptr<Replica>> Registry::all() const {
+  std::vector<std::shared_ptr<Replica>> out;
   out.reserve(replicas_.size());
-  for (auto& [id, replica] : replicas_) {
-    out.push_back(replica.get());
+  for (const auto& [id, replica] : replicas_) {
+    out.push_back(replica);
   }
   return out;
 }
 
-std::unique_ptr<net::Conn> Registry::take_idle(Replica& replica,
-                                               std::chrono::steady_clock::duration max_idle,
-                                               std::chrono::steady_clock::time_point now) {
+std::unique_ptr<net::Conn> Registry::take_idle(Replica& replica, Clock::duration max_idle,
+                                               Clock::time_point now) {
   // Newest first: the most recently used connection is the least likely to have been closed.
   while (!replica.idle.empty()) {
     IdleConn idle = std::move(replica.idle.back());
@@ -47,8 +64,8 @@ std::unique_ptr<net::Conn> Registry::take_idle(Replica& replica,
 }
 
 void Registry::give_back(Replica& replica, std::unique_ptr<net::Conn> conn,
-                         std::size_t max_per_replica, std::chrono::steady_clock::time_point now) {
-  if (max_per_replica == 0) {
+                         std::size_t max_per_replica, Clock::time_point now) {
+  if (max_per_replica == 0 || replica.removed) {
     return;
   }
   replica.idle.push_back(IdleConn{std::move(conn), now});

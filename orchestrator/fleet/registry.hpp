@@ -3,10 +3,14 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/net/conn.hpp"
 #include "common/net/url.hpp"
@@ -15,43 +19,60 @@
 namespace fg::fleet {
 
 using scheduling::ReplicaId;
+using Clock = std::chrono::steady_clock;
 
 // An idle keep-alive connection to a replica, kept for reuse.
 struct IdleConn {
   std::unique_ptr<net::Conn> conn;
-  std::chrono::steady_clock::time_point since;
+  Clock::time_point since;
 };
 
-// One phone. Slot accounting is not here: the scheduler owns in-flight counts.
+// One phone. Slot accounting is not here (the scheduler owns in-flight counts) and neither is
+// its health state (the HealthTracker owns it); this is what the gateway knows about it.
 struct Replica {
   ReplicaId id = 0;
-  std::string name;  // "r<id>": what logs and metrics show (never the URL's secrets)
+  std::string name;  // "r<id>": what logs, metrics and the admin API show
   std::string model;
   net::Url url;
   std::uint32_t slots = 1;
+  bool registered = false;  // came from an agent's registration (else from the YAML)
+  bool removed = false;     // out of the registry; in-flight work may still hold it
+  std::string agent_version;
+  nlohmann::json device = nlohmann::json::object();
   std::deque<IdleConn> idle;
+
+  // Observations for the admin API and metrics.
   std::uint64_t requests = 0;
   std::uint64_t failures = 0;
+  std::optional<Clock::time_point> last_heartbeat;
+  std::optional<std::chrono::system_clock::time_point> last_probe;
+  double last_probe_seconds = 0;
+  std::optional<std::uint32_t> reported_slots_idle;
+  double decode_tokens_per_second = 0;  // learned from reported timings/usage
+
+  // The probe loop's timer, so that removal can wake it (and so end it) at once.
+  std::function<void()> stop_probe;
 };
 
 class Registry {
  public:
-  Replica& add(const std::string& model, const net::Url& url, std::uint32_t slots);
-  Replica* find(ReplicaId id);
+  std::shared_ptr<Replica> add(const std::string& model, const net::Url& url, std::uint32_t slots);
+  std::shared_ptr<Replica> find(ReplicaId id) const;
+  std::shared_ptr<Replica> find_by_url(const std::string& normalised_url) const;
+  // Forgets the replica; holders of the shared_ptr (in-flight requests) keep it alive.
   void remove(ReplicaId id);
-  std::vector<Replica*> all();
+  std::vector<std::shared_ptr<Replica>> all() const;
 
   // Takes a pooled connection younger than max_idle, or nullptr.
-  std::unique_ptr<net::Conn> take_idle(Replica& replica,
-                                       std::chrono::steady_clock::duration max_idle,
-                                       std::chrono::steady_clock::time_point now);
+  std::unique_ptr<net::Conn> take_idle(Replica& replica, Clock::duration max_idle,
+                                       Clock::time_point now);
   // Returns a connection for reuse; the oldest is dropped beyond max_per_replica.
   void give_back(Replica& replica, std::unique_ptr<net::Conn> conn, std::size_t max_per_replica,
-                 std::chrono::steady_clock::time_point now);
+                 Clock::time_point now);
 
  private:
   ReplicaId next_id_ = 1;
-  std::map<ReplicaId, std::unique_ptr<Replica>> replicas_;
+  std::map<ReplicaId, std::shared_ptr<Replica>> replicas_;
 };
 
 }  // namespace fg::fleet

@@ -59,12 +59,24 @@ Metrics::Metrics()
                  .Register(*registry_)),
       replicas_(prometheus::BuildGauge()
                     .Name("fleetgate_replicas")
-                    .Help("Replicas known to the gateway.")
+                    .Help("Replicas known to the gateway, by state.")
                     .Register(*registry_)),
       replicas_desired_(prometheus::BuildGauge()
                             .Name("fleetgate_replicas_desired")
                             .Help("Replica count the configuration asks for.")
                             .Register(*registry_)),
+      degraded_(prometheus::BuildGauge()
+                    .Name("fleetgate_model_degraded")
+                    .Help("1 when a model has fewer healthy replicas than desired.")
+                    .Register(*registry_)),
+      state_changes_(prometheus::BuildCounter()
+                         .Name("fleetgate_replica_state_changes_total")
+                         .Help("Replica state changes, by model and the state entered.")
+                         .Register(*registry_)),
+      health_check_(prometheus::BuildHistogram()
+                        .Name("fleetgate_replica_health_check_seconds")
+                        .Help("Duration of active health probes, by replica id.")
+                        .Register(*registry_)),
       build_info_(prometheus::BuildGauge()
                       .Name("fleetgate_build_info")
                       .Help("Always 1; the version label says which build runs.")
@@ -111,9 +123,26 @@ void Metrics::set_slots(const std::string& model, double busy, double free) {
   slots_.Add({{"model", model}, {"state", "free"}}).Set(free);
 }
 
-void Metrics::set_replicas(const std::string& model, double configured, double desired) {
-  replicas_.Add({{"model", model}}).Set(configured);
+void Metrics::set_replicas(const std::string& model, const std::string& state, double count) {
+  replicas_.Add({{"model", model}, {"state", state}}).Set(count);
+}
+
+void Metrics::set_replicas_desired(const std::string& model, double desired) {
   replicas_desired_.Add({{"model", model}}).Set(desired);
+}
+
+void Metrics::set_degraded(const std::string& model, bool degraded) {
+  degraded_.Add({{"model", model}}).Set(degraded ? 1 : 0);
+}
+
+void Metrics::replica_state_change(const std::string& model, const std::string& to) {
+  state_changes_.Add({{"model", model}, {"to", to}}).Increment();
+}
+
+void Metrics::health_check(const std::string& replica, double seconds) {
+  static const prometheus::Histogram::BucketBoundaries kBuckets{0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                                0.5,   1,    2.5,   5,    10};
+  health_check_.Add({{"replica", replica}}, kBuckets).Observe(seconds);
 }
 
 std::string Metrics::scrape() {

@@ -29,7 +29,11 @@ class Metrics {
   // Gauges that mirror state owned elsewhere are refreshed just before a scrape.
   void set_queue_depth(const std::string& model, double depth);
   void set_slots(const std::string& model, double busy, double free);
-  void set_replicas(const std::string& model, double configured, double desired);
+  void set_replicas(const std::string& model, const std::string& state, double count);
+  void set_replicas_desired(const std::string& model, double desired);
+  void set_degraded(const std::string& model, bool degraded);
+  void replica_state_change(const std::string& model, const std::string& to);
+  void health_check(const std::string& replica, double seconds);
 
   // Prometheus text exposition format.
   std::string scrape();
@@ -49,6 +53,9 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& slots_;
   prometheus::Family<prometheus::Gauge>& replicas_;
   prometheus::Family<prometheus::Gauge>& replicas_desired_;
+  prometheus::Family<prometheus::Gauge>& degraded_;
+  prometheus::Family<prometheus::Counter>& state_changes_;
+  prometheus::Family<prometheus::Histogram>& health_check_;
   prometheus::Family<prometheus::Gauge>& build_info_;
 };
 

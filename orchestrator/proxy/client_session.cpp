@@ -14,6 +14,7 @@
 #include "common/net/http_io.hpp"
 #include "common/openai/errors.hpp"
 #include "common/openai/inspect.hpp"
+#include "orchestrator/fleet/fleet_manager.hpp"
 #include "orchestrator/metrics/metrics.hpp"
 #include "orchestrator/proxy/client_writer.hpp"
 #include "orchestrator/proxy/upstream.hpp"
@@ -140,6 +141,23 @@ struct RequestRecord {
   std::string outcome = "ok";
 };
 
+// Passive health: connect, TLS, timeout, protocol and 5xx failures count against the replica;
+// a busy answer (429/503: its slots are taken, perhaps by another gateway) does not.
+void report_outcome(ProxyContext* ctx, const fleet::Replica& replica, const ExchangeResult& r) {
+  switch (r.error) {
+    case UpstreamError::none:
+      if (r.kind == ExchangeResult::Kind::done) {
+        ctx->fleet->traffic_success(replica.id);
+      }
+      break;
+    case UpstreamError::busy:
+      break;
+    default:
+      ctx->fleet->traffic_failure(replica.id);
+      break;
+  }
+}
+
 // Binds the request to a replica (queueing if needed), relays, and fails over while nothing has
 // reached the client. Ends with exactly one response (or error event).
 asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
@@ -180,14 +198,16 @@ asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
         co_return;
     }
     SlotLease lease = std::move(acquired.lease);
-    fleet::Replica* replica = ctx->registry->find(lease.replica());
+    // Shared: a replica removed meanwhile (reload, DELETE) stays valid until this ends.
+    std::shared_ptr<fleet::Replica> replica = ctx->registry->find(lease.replica());
     if (replica == nullptr) {
       continue;
     }
     ++record->attempts;
     record->replica = replica->name;
     ++replica->requests;
-    last = co_await exchange(ctx, replica, request, info, writer);
+    last = co_await exchange(ctx, replica.get(), request, info, writer);
+    report_outcome(ctx, *replica, last);
     record->prompt_tokens = last.prompt_tokens;
     record->completion_tokens = last.completion_tokens;
     switch (last.kind) {

@@ -17,6 +17,9 @@
 namespace fg::metrics {
 class Metrics;
 }
+namespace fg::fleet {
+class FleetManager;
+}
 
 namespace fg::proxy {
 
@@ -55,6 +58,7 @@ struct ProxyContext {
   std::string upstream_authorization;  // "Bearer <key>" or empty
   SessionTracker* sessions = nullptr;
   metrics::Metrics* metrics = nullptr;
+  fleet::FleetManager* fleet = nullptr;
 };
 
 }  // namespace fg::proxy

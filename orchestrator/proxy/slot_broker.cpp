@@ -57,7 +57,7 @@ asio::awaitable<AcquireResult> SlotBroker::acquire(std::string model,
         if (!handed_over) {
           broker->release(waiter->replica);
         }
-      } else {
+      } else if (!waiter->abandoned) {
         broker->scheduler_.cancel(id);
       }
     }
@@ -68,6 +68,8 @@ asio::awaitable<AcquireResult> SlotBroker::acquire(std::string model,
   if (waiter.granted) {
     result.lease = SlotLease(this, waiter.replica);
     leave.handed_over = true;
+  } else if (waiter.abandoned) {
+    result.error = AcquireError::unknown_model;
   } else if (ec == asio::error::operation_aborted) {
     result.error = AcquireError::cancelled;
   } else {
@@ -91,6 +93,20 @@ void SlotBroker::deliver(const std::vector<scheduling::Grant>& grants) {
     it->second->granted = true;
     it->second->replica = grant.replica;
     it->second->timer->cancel();
+  }
+}
+
+}  // namespace fg::proxy
+
+namespace fg::proxy {
+
+void SlotBroker::abandon(const std::vector<scheduling::WaiterId>& waiters) {
+  for (auto id : waiters) {
+    auto it = waiters_.find(id);
+    if (it != waiters_.end()) {
+      it->second->abandoned = true;
+      it->second->timer->cancel();
+    }
   }
 }
 

@@ -60,12 +60,15 @@ class SlotBroker {
   void release(ReplicaId replica);
   // Wakes the waiters named by grants that came from a fleet change (new replica, more slots).
   void deliver(const std::vector<scheduling::Grant>& grants);
+  // Wakes waiters the scheduler dropped (their model was removed): they fail with unknown_model.
+  void abandon(const std::vector<scheduling::WaiterId>& waiters);
   scheduling::Scheduler& scheduler() { return scheduler_; }
 
  private:
   struct Waiter {
     boost::asio::steady_timer* timer = nullptr;
     bool granted = false;
+    bool abandoned = false;
     ReplicaId replica = 0;
   };
 

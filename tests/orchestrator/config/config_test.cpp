@@ -561,6 +561,452 @@ TEST(ConfigValues, BadLogLevel) {
                          "expected one of"));
 }
 
+// ---- Health checks ----
+
+TEST(ConfigHealth, Defaults) {
+  const Config c = load(kModels);
+  EXPECT_EQ(c.health.interval, milliseconds(5'000));
+  EXPECT_EQ(c.health.timeout, milliseconds(3'000));
+  EXPECT_EQ(c.health.path, "/health");
+  EXPECT_EQ(c.health.unhealthy_after, 3u);
+  EXPECT_EQ(c.health.healthy_after, 2u);
+  EXPECT_EQ(c.health.eject_after, 3u);
+  // A model without its own health section gets the global (here default) values.
+  const HealthConfig& m = c.models[0].health;
+  EXPECT_EQ(m.interval, milliseconds(5'000));
+  EXPECT_EQ(m.timeout, milliseconds(3'000));
+  EXPECT_EQ(m.path, "/health");
+  EXPECT_EQ(m.unhealthy_after, 3u);
+  EXPECT_EQ(m.healthy_after, 2u);
+  EXPECT_EQ(m.eject_after, 3u);
+}
+
+TEST(ConfigHealth, EmptySectionsKeepDefaults) {
+  const Config c =
+      load("models:\n  - name: m\n    health:\n  - name: n\n    health: {}\nhealth:\n");
+  EXPECT_EQ(c.health.interval, milliseconds(5'000));
+  EXPECT_EQ(c.models[0].health.path, "/health");
+  EXPECT_EQ(c.models[1].health.eject_after, 3u);
+}
+
+TEST(ConfigHealth, EveryGlobalKeyIsReadAndInherited) {
+  const Config c = load(std::string(kModels) + R"(health:
+  interval: 10s
+  timeout: 1500ms
+  path: /v1/models
+  unhealthy_after: 5
+  healthy_after: 1
+  eject_after: 7
+)");
+  for (const HealthConfig* h : {&c.health, &c.models[0].health}) {
+    EXPECT_EQ(h->interval, milliseconds(10'000));
+    EXPECT_EQ(h->timeout, milliseconds(1'500));
+    EXPECT_EQ(h->path, "/v1/models");
+    EXPECT_EQ(h->unhealthy_after, 5u);
+    EXPECT_EQ(h->healthy_after, 1u);
+    EXPECT_EQ(h->eject_after, 7u);
+  }
+}
+
+TEST(ConfigHealth, ModelOverrideResolvesOverGlobal) {
+  // The model section comes before the global one in the file: order does not matter.
+  const Config c = load(R"(models:
+  - name: plain
+  - name: openai
+    health:
+      path: /v1/models
+      unhealthy_after: 6
+  - name: slow
+    health: {interval: 30s, timeout: 20s, healthy_after: 4, eject_after: 1}
+health:
+  interval: 8s
+  timeout: 2s
+  eject_after: 5
+)");
+  const HealthConfig& plain = c.models[0].health;
+  EXPECT_EQ(plain.interval, milliseconds(8'000));
+  EXPECT_EQ(plain.timeout, milliseconds(2'000));
+  EXPECT_EQ(plain.path, "/health");
+  EXPECT_EQ(plain.unhealthy_after, 3u);
+  EXPECT_EQ(plain.healthy_after, 2u);
+  EXPECT_EQ(plain.eject_after, 5u);
+  const HealthConfig& openai = c.models[1].health;
+  EXPECT_EQ(openai.interval, milliseconds(8'000));  // global
+  EXPECT_EQ(openai.timeout, milliseconds(2'000));   // global
+  EXPECT_EQ(openai.path, "/v1/models");             // own
+  EXPECT_EQ(openai.unhealthy_after, 6u);            // own
+  EXPECT_EQ(openai.healthy_after, 2u);              // default
+  EXPECT_EQ(openai.eject_after, 5u);                // global
+  const HealthConfig& slow = c.models[2].health;
+  EXPECT_EQ(slow.interval, milliseconds(30'000));
+  EXPECT_EQ(slow.timeout, milliseconds(20'000));
+  EXPECT_EQ(slow.path, "/health");
+  EXPECT_EQ(slow.unhealthy_after, 3u);
+  EXPECT_EQ(slow.healthy_after, 4u);
+  EXPECT_EQ(slow.eject_after, 1u);
+  // The global settings are untouched by the overrides.
+  EXPECT_EQ(c.health.interval, milliseconds(8'000));
+  EXPECT_EQ(c.health.path, "/health");
+  EXPECT_EQ(c.health.eject_after, 5u);
+}
+
+TEST(ConfigHealth, ZeroDurationsRejected) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  interval: 0s\n", 4, "health.interval",
+                         "must be greater than 0"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  timeout: 0ms\n", 4, "health.timeout",
+                         "must be greater than 0"));
+  EXPECT_TRUE(fails_with("models:\n  - name: m\n    health:\n      interval: 0s\n", 4,
+                         "models[0].health.interval", "must be greater than 0"));
+}
+
+TEST(ConfigHealth, BadDurations) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  interval: 5\n", 4, "health.interval",
+                         "expected a duration such as 5s, got \"5\" (add a unit"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  timeout: soon\n", 4, "health.timeout",
+                         "expected a duration such as 3s, got \"soon\""));
+  EXPECT_TRUE(fails_with("models:\n  - name: m\n    health: {timeout: [1s]}\n", 3,
+                         "models[0].health.timeout", "got a list"));
+}
+
+TEST(ConfigHealth, ZeroThresholdsRejected) {
+  for (const char* key : {"unhealthy_after", "healthy_after", "eject_after"}) {
+    EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  " + key + ": 0\n", 4,
+                           std::string("health.") + key, "must be greater than 0"));
+    EXPECT_TRUE(fails_with("models:\n  - name: m\n    health:\n      " + std::string(key) + ": 0\n",
+                           4, std::string("models[0].health.") + key, "must be greater than 0"));
+  }
+}
+
+TEST(ConfigHealth, BadThresholdValues) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  unhealthy_after: -1\n", 4,
+                         "health.unhealthy_after", "must not be negative"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  healthy_after: two\n", 4,
+                         "health.healthy_after", "expected a whole number, got \"two\""));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  eject_after: 4294967296\n", 4,
+                         "health.eject_after", "must be at most 4294967295"));
+}
+
+TEST(ConfigHealth, BadPath) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  path: health\n", 4, "health.path",
+                         "starting with \"/\" such as /health"));
+  EXPECT_TRUE(
+      fails_with(std::string(kModels) + "health:\n  path:\n", 4, "health.path", "got \"\""));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  path: \"/a b\"\n", 4, "health.path",
+                         "no spaces"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  path: {p: /x}\n", 4, "health.path",
+                         "expected a string, got a map"));
+  EXPECT_TRUE(fails_with("models:\n  - name: m\n  - name: n\n    health:\n      path: v1/models\n",
+                         5, "models[1].health.path", "got \"v1/models\""));
+}
+
+TEST(ConfigHealth, PathWithQueryIsAccepted) {
+  EXPECT_EQ(
+      load(std::string(kModels) + "health: {path: \"/health?include_slots=1\"}\n").health.path,
+      "/health?include_slots=1");
+}
+
+TEST(ConfigHealth, GlobalTimeoutNotBelowInterval) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  interval: 2s\n  timeout: 2s\n", 5,
+                         "health.timeout",
+                         "the probe timeout must be less than the interval, got timeout 2s "
+                         "(health.timeout) and interval 2s (health.interval)"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  timeout: 6s\n", 4, "health.timeout",
+                         "got timeout 6s (health.timeout) and interval 5s (default)"));
+}
+
+TEST(ConfigHealth, GlobalIntervalBelowDefaultTimeoutBlamesInterval) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  path: /h\n  interval: 2s\n", 5,
+                         "health.interval",
+                         "got timeout 3s (default) and interval 2s (health.interval)"));
+}
+
+TEST(ConfigHealth, ModelTimeoutNotBelowResolvedInterval) {
+  EXPECT_TRUE(fails_with(R"(health:
+  interval: 4s
+models:
+  - name: m
+    health:
+      timeout: 4s
+)",
+                         6, "models[0].health.timeout",
+                         "got timeout 4s (models[0].health.timeout) and interval 4s "
+                         "(health.interval)"));
+}
+
+TEST(ConfigHealth, ModelIntervalBelowInheritedTimeout) {
+  EXPECT_TRUE(fails_with(R"(models:
+  - name: a
+  - name: b
+    health:
+      path: /x
+      interval: 1s
+health: {timeout: 1500ms}
+)",
+                         6, "models[1].health.interval",
+                         "got timeout 1500ms (health.timeout) and interval 1s "
+                         "(models[1].health.interval)"));
+  // And against the default timeout.
+  EXPECT_TRUE(fails_with("models:\n  - name: m\n    health: {interval: 3s}\n", 3,
+                         "models[0].health.interval",
+                         "got timeout 3s (default) and interval 3s (models[0].health.interval)"));
+}
+
+TEST(ConfigHealth, ModelMayFixGlobalPairOnlyForItself) {
+  // The global pair is valid; the model raises both. Another model keeps the global values.
+  const Config c = load(R"(health: {interval: 5s, timeout: 3s}
+models:
+  - name: a
+    health: {interval: 60s, timeout: 10s}
+  - name: b
+)");
+  EXPECT_EQ(c.models[0].health.timeout, milliseconds(10'000));
+  EXPECT_EQ(c.models[1].health.timeout, milliseconds(3'000));
+}
+
+TEST(ConfigHealth, TimeoutJustBelowIntervalIsFine) {
+  const Config c = load(std::string(kModels) + "health: {interval: 1s, timeout: 999ms}\n");
+  EXPECT_EQ(c.health.timeout, milliseconds(999));
+}
+
+TEST(ConfigHealth, UnknownKeysSuggest) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health:\n  unhealty_after: 3\n", 4,
+                         "health.unhealty_after", "did you mean 'unhealthy_after'?"));
+  EXPECT_TRUE(fails_with("models:\n  - name: m\n    health:\n      intervall: 5s\n", 4,
+                         "models[0].health.intervall", "did you mean 'interval'?"));
+  EXPECT_TRUE(
+      fails_with(std::string(kModels) + "helth: {}\n", 3, "helth", "did you mean 'health'?"));
+  EXPECT_TRUE(fails_with("models:\n  - name: m\n    healt: {}\n", 3, "models[0].healt",
+                         "did you mean 'health'?"));
+}
+
+TEST(ConfigHealth, SectionMustBeAMap) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "health: 5s\n", 3, "health", "expected a map"));
+  EXPECT_TRUE(fails_with("models:\n  - name: m\n    health: [a]\n", 3, "models[0].health",
+                         "expected a map, got a list"));
+}
+
+// ---- Registration ----
+
+TEST(ConfigRegistration, Defaults) {
+  const Config c = load(kModels);
+  EXPECT_EQ(c.registration.token_env, "");
+  EXPECT_FALSE(c.registration.enabled());
+  EXPECT_TRUE(c.registration.allowed_urls.empty());
+  EXPECT_EQ(c.registration.expire_after, milliseconds(600'000));
+  EXPECT_EQ(c.registration.heartbeat_interval, milliseconds(10'000));
+  const Config e = load(std::string(kModels) + "registration:\n");
+  EXPECT_FALSE(e.registration.enabled());
+  EXPECT_EQ(e.registration.expire_after, milliseconds(600'000));
+}
+
+TEST(ConfigRegistration, EveryKeyIsRead) {
+  const Config c = load(std::string(kModels) + R"(registration:
+  token_env: FLEETGATE_REGISTRATION_TOKEN
+  allowed_urls:
+    - "https://*.acu.run"
+    - "http://127.0.0.1:*"
+  expire_after: 5m
+  heartbeat_interval: 30s
+)");
+  EXPECT_TRUE(c.registration.enabled());
+  EXPECT_EQ(c.registration.token_env, "FLEETGATE_REGISTRATION_TOKEN");
+  ASSERT_EQ(c.registration.allowed_urls.size(), 2u);
+  EXPECT_EQ(c.registration.allowed_urls[0], "https://*.acu.run");
+  EXPECT_EQ(c.registration.allowed_urls[1], "http://127.0.0.1:*");
+  EXPECT_EQ(c.registration.expire_after, milliseconds(300'000));
+  EXPECT_EQ(c.registration.heartbeat_interval, milliseconds(30'000));
+}
+
+TEST(ConfigRegistration, AllowedUrlsWithoutTokenIsFine) {
+  const Config c = load(std::string(kModels) + "registration: {allowed_urls: [\"https://*\"]}\n");
+  EXPECT_FALSE(c.registration.enabled());
+  EXPECT_EQ(c.registration.allowed_urls.size(), 1u);
+}
+
+TEST(ConfigRegistration, TokenWithoutAllowedUrls) {
+  // Key absent: blame the token_env line.
+  EXPECT_TRUE(
+      fails_with(std::string(kModels) + "registration:\n  expire_after: 1m\n  token_env: T\n", 5,
+                 "registration.allowed_urls",
+                 "empty while registration.token_env is set, so every registration "
+                 "would be refused"));
+  // Written but empty: blame its own line.
+  EXPECT_TRUE(
+      fails_with(std::string(kModels) + "registration:\n  token_env: T\n  allowed_urls: []\n", 5,
+                 "registration.allowed_urls", "every registration would be refused"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "registration:\n  token_env: T\n  allowed_urls:\n",
+                         5, "registration.allowed_urls", "e.g. \"https://*.acu.run\""));
+}
+
+TEST(ConfigRegistration, EmptyTokenEnvDisables) {
+  const Config c = load(std::string(kModels) + "registration: {token_env: \"\"}\n");
+  EXPECT_FALSE(c.registration.enabled());
+}
+
+TEST(ConfigRegistration, BadTokenEnvName) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "registration:\n  token_env: REG-TOKEN\n", 4,
+                         "registration.token_env", "environment variable name"));
+}
+
+TEST(ConfigRegistration, PatternSchemeRequired) {
+  EXPECT_TRUE(fails_with(std::string(kModels) +
+                             "registration:\n  allowed_urls:\n    - https://*.acu.run\n    - "
+                             "\"*.acu.run\"\n",
+                         6, "registration.allowed_urls[1]",
+                         "invalid URL pattern \"*.acu.run\": must start with http:// or https://"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "registration:\n  allowed_urls: [\"ftp://x\"]\n", 4,
+                         "registration.allowed_urls[0]", "must start with http:// or https://"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "registration:\n  allowed_urls: [\"http*://x\"]\n",
+                         4, "registration.allowed_urls[0]", "must start with http://"));
+}
+
+TEST(ConfigRegistration, PatternsThatCouldNeverMatch) {
+  const auto bad = [](const std::string& pattern, const std::string& what) {
+    return fails_with(
+        std::string(kModels) + "registration:\n  allowed_urls:\n    - \"" + pattern + "\"\n", 5,
+        "registration.allowed_urls[0]", what);
+  };
+  EXPECT_TRUE(bad("https://", "missing host"));
+  EXPECT_TRUE(bad("http:///x", "missing host"));
+  EXPECT_TRUE(bad("HTTPS://x.acu.run", "must start with http:// or https://"));
+  EXPECT_TRUE(bad("https://X.acu.run", "lower case"));
+  EXPECT_TRUE(bad("https://*.acu.run/", "must not end with '/'"));
+  EXPECT_TRUE(bad("https://*.acu.run:443", "omit the default port 443"));
+  EXPECT_TRUE(bad("http://*:80", "omit the default port 80"));
+  EXPECT_TRUE(bad("https://a b", "spaces"));
+}
+
+TEST(ConfigRegistration, NonDefaultPortsInPatternsAreFine) {
+  const Config c = load(
+      std::string(kModels) +
+      "registration:\n  allowed_urls: [\"https://*:8443\", \"http://*:443\", \"http://h/*\"]\n");
+  EXPECT_EQ(c.registration.allowed_urls.size(), 3u);
+}
+
+TEST(ConfigRegistration, AllowedUrlsShape) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "registration:\n  allowed_urls: https://*\n", 4,
+                         "registration.allowed_urls", "expected a list of URL patterns"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "registration:\n  allowed_urls:\n    - {a: b}\n", 5,
+                         "registration.allowed_urls[0]", "expected a URL pattern, got a map"));
+}
+
+TEST(ConfigRegistration, Durations) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "registration:\n  expire_after: 0s\n", 4,
+                         "registration.expire_after", "must be greater than 0"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "registration:\n  heartbeat_interval: 0ms\n", 4,
+                         "registration.heartbeat_interval", "must be greater than 0"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "registration:\n  expire_after: 10\n", 4,
+                         "registration.expire_after",
+                         "expected a duration such as 600s, got \"10\" (add a unit"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "registration:\n  heartbeat_interval: often\n", 4,
+                         "registration.heartbeat_interval", "such as 10s"));
+}
+
+TEST(ConfigRegistration, UnknownKeySuggests) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "registration:\n  allowed_url: []\n", 4,
+                         "registration.allowed_url", "did you mean 'allowed_urls'?"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "registraton: {}\n", 3, "registraton",
+                         "did you mean 'registration'?"));
+}
+
+// ---- Admin token ----
+
+TEST(ConfigAdmin, TokenEnv) {
+  EXPECT_EQ(load(kModels).admin.token_env, "");
+  EXPECT_EQ(
+      load(std::string(kModels) + "admin: {token_env: FLEETGATE_ADMIN_TOKEN}\n").admin.token_env,
+      "FLEETGATE_ADMIN_TOKEN");
+  EXPECT_EQ(load(std::string(kModels) + "admin:\n  token_env:\n").admin.token_env, "");
+  EXPECT_TRUE(
+      fails_with(std::string(kModels) + "admin:\n  listen: 127.0.0.1:9191\n  token_env: 9X\n", 5,
+                 "admin.token_env", "environment variable name"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "admin:\n  tokenenv: X\n", 4, "admin.tokenenv",
+                         "did you mean 'token_env'?"));
+}
+
+// ---- glob_match ----
+
+TEST(ConfigGlob, Literals) {
+  EXPECT_TRUE(glob_match("", ""));
+  EXPECT_FALSE(glob_match("", "a"));
+  EXPECT_FALSE(glob_match("a", ""));
+  EXPECT_TRUE(glob_match("https://x.acu.run", "https://x.acu.run"));
+  EXPECT_FALSE(glob_match("https://x.acu.run", "https://x.acu.ru"));
+  EXPECT_FALSE(glob_match("https://x.acu.run", "https://x.acu.run2"));
+  EXPECT_FALSE(glob_match("https://x.acu.run", "http://x.acu.run"));
+}
+
+TEST(ConfigGlob, CaseSensitive) {
+  EXPECT_FALSE(glob_match("https://x.acu.run", "https://X.acu.run"));
+  EXPECT_FALSE(glob_match("https://*.ACU.run", "https://x.acu.run"));
+}
+
+TEST(ConfigGlob, StarMatchesAnyRunIncludingNone) {
+  EXPECT_TRUE(glob_match("*", ""));
+  EXPECT_TRUE(glob_match("*", "abc"));
+  EXPECT_TRUE(glob_match("**", "abc"));
+  EXPECT_TRUE(glob_match("a*", "a"));
+  EXPECT_TRUE(glob_match("a*c", "ac"));
+  EXPECT_TRUE(glob_match("a*c", "abbbc"));
+  EXPECT_FALSE(glob_match("a*c", "abbb"));
+  EXPECT_TRUE(glob_match("*c", "cccc"));
+  EXPECT_TRUE(glob_match("a*b*c", "axxbyyc"));
+  EXPECT_TRUE(glob_match("a*b*c", "abcbc"));
+  EXPECT_FALSE(glob_match("a*b*c", "acb"));
+}
+
+TEST(ConfigGlob, QuestionMarkMatchesExactlyOne) {
+  EXPECT_TRUE(glob_match("a?c", "abc"));
+  EXPECT_FALSE(glob_match("a?c", "ac"));
+  EXPECT_FALSE(glob_match("a?c", "abbc"));
+  EXPECT_TRUE(glob_match("http://127.0.0.1:70??", "http://127.0.0.1:7001"));
+  EXPECT_FALSE(glob_match("http://127.0.0.1:70??", "http://127.0.0.1:700"));
+}
+
+TEST(ConfigGlob, AcuRunHosts) {
+  EXPECT_TRUE(glob_match("https://*.acu.run", "https://a1b2.acu.run"));
+  EXPECT_TRUE(glob_match("https://*.acu.run", "https://a.b.acu.run"));  // '*' spans dots
+  EXPECT_FALSE(glob_match("https://*.acu.run", "https://a1b2.acu.run.evil.com"));
+  EXPECT_FALSE(glob_match("https://*.acu.run", "https://acu.run"));
+  EXPECT_FALSE(glob_match("https://*.acu.run", "http://a1b2.acu.run"));
+  EXPECT_FALSE(glob_match("https://*.acu.run", "https://a1b2.acu.run:8443/"));
+}
+
+TEST(ConfigGlob, WildcardsDoNotMatchSlash) {
+  // The host part of a pattern cannot swallow a path.
+  EXPECT_FALSE(glob_match("https://*.acu.run", "https://evil.com/x.acu.run"));
+  EXPECT_FALSE(glob_match("https://*.acu.run", "https://a1b2.acu.run/v1"));
+  EXPECT_FALSE(glob_match("https://?", "https:///"));
+  EXPECT_FALSE(glob_match("*", "a/b"));
+  // A path segment must be allowed explicitly.
+  EXPECT_TRUE(glob_match("https://*.acu.run/*", "https://a1b2.acu.run/v1"));
+  EXPECT_FALSE(glob_match("https://*.acu.run/*", "https://a1b2.acu.run/v1/x"));
+  EXPECT_TRUE(glob_match("https://*.acu.run/*/*", "https://a1b2.acu.run/v1/x"));
+}
+
+TEST(ConfigGlob, LocalPorts) {
+  EXPECT_TRUE(glob_match("http://127.0.0.1:*", "http://127.0.0.1:7001"));
+  EXPECT_TRUE(glob_match("http://127.0.0.1:*", "http://127.0.0.1:"));
+  EXPECT_FALSE(glob_match("http://127.0.0.1:*", "http://127.0.0.1"));
+  EXPECT_FALSE(glob_match("http://127.0.0.1:*", "http://127.0.0.1:7001/prefix"));
+  EXPECT_FALSE(glob_match("http://127.0.0.1:*", "http://127.0.0.10:7001"));
+  EXPECT_FALSE(glob_match("http://127.0.0.1:*", "https://127.0.0.1:7001"));
+}
+
+TEST(ConfigGlob, OtherCharactersAreLiteral) {
+  EXPECT_TRUE(glob_match("http://[::1]:*", "http://[::1]:7001"));
+  EXPECT_FALSE(glob_match("a.c", "abc"));
+  EXPECT_FALSE(glob_match("[ab]", "a"));
+  EXPECT_TRUE(glob_match("[ab]", "[ab]"));
+}
+
+TEST(ConfigGlob, ManyStarsStayFast) {
+  // Backtracking-free: a pathological pattern answers at once.
+  const std::string text(2000, 'a');
+  EXPECT_FALSE(glob_match("*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b", text));
+  EXPECT_TRUE(glob_match("*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*", text));
+}
+
 // ---- The file as a whole ----
 
 TEST(ConfigFile, SyntaxErrorNamesLine) {
@@ -614,6 +1060,26 @@ TEST(ConfigFile, ShippedExampleIsValid) {
       EXPECT_TRUE(ep.url.tls()) << ep.url.to_string();
     }
   }
+  EXPECT_EQ(c.admin.token_env, "FLEETGATE_ADMIN_TOKEN");
+  EXPECT_EQ(c.health.interval, HealthConfig{}.interval);
+  EXPECT_EQ(c.health.path, "/health");
+  EXPECT_TRUE(c.registration.enabled());
+  EXPECT_FALSE(c.registration.allowed_urls.empty());
+  // Every shipped endpoint would also be accepted if it registered itself.
+  for (const auto& m : c.models) {
+    for (const auto& ep : m.endpoints) {
+      bool allowed = false;
+      for (const auto& pattern : c.registration.allowed_urls) {
+        allowed = allowed || glob_match(pattern, ep.url.to_string());
+      }
+      EXPECT_TRUE(allowed) << ep.url.to_string();
+    }
+  }
+  const ModelConfig* small = c.find_model("qwen3.5-0.8b");
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small->health.path, "/v1/models");
+  EXPECT_EQ(small->health.unhealthy_after, 2u);
+  EXPECT_EQ(small->health.interval, c.health.interval);
 }
 
 TEST(ConfigFile, ShippedLocalIsValid) {

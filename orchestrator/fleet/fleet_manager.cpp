@@ -385,7 +385,7 @@ nlohmann::json FleetManager::replica_json(const Replica& replica) const {
                    {"consecutive_failures", tracker_.consecutive_failures(replica.id)},
                    {"requests", replica.requests},
                    {"failures", replica.failures},
-                   {"decode_tokens_per_second", replica.decode_tokens_per_second}};
+                   {"tokens_per_second", replica.tokens_per_second}};
   j["last_probe"] = replica.last_probe ? nlohmann::json(iso_time(*replica.last_probe)) : nullptr;
   j["last_probe_seconds"] =
       replica.last_probe ? nlohmann::json(replica.last_probe_seconds) : nlohmann::json(nullptr);

@@ -48,7 +48,7 @@ struct Replica {
   std::optional<std::chrono::system_clock::time_point> last_probe;
   double last_probe_seconds = 0;
   std::optional<std::uint32_t> reported_slots_idle;
-  double decode_tokens_per_second = 0;  // learned from reported timings/usage
+  double tokens_per_second = 0;  // completion tokens per second of recent requests
 
   // The probe loop's timer, so that removal can wake it (and so end it) at once.
   std::function<void()> stop_probe;

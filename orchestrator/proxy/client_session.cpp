@@ -206,7 +206,17 @@ asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
     ++record->attempts;
     record->replica = replica->name;
     ++replica->requests;
+    const auto exchange_start = Clock::now();
     last = co_await exchange(ctx, replica.get(), request, info, writer);
+    if (last.kind == ExchangeResult::Kind::done && last.completion_tokens) {
+      // Recent throughput for the admin API: completion tokens over the whole exchange, smoothed.
+      double secs = std::chrono::duration<double>(Clock::now() - exchange_start).count();
+      if (secs > 0) {
+        double rate = static_cast<double>(*last.completion_tokens) / secs;
+        auto& r = replica->tokens_per_second;
+        r = r == 0 ? rate : 0.8 * r + 0.2 * rate;
+      }
+    }
     report_outcome(ctx, *replica, last);
     record->prompt_tokens = last.prompt_tokens;
     record->completion_tokens = last.completion_tokens;

@@ -78,6 +78,7 @@ Gateway::Gateway(config::Config config, std::string config_path)
       [this](const std::vector<scheduling::Grant>& grants) { broker_.deliver(grants); },
       [this](const std::vector<scheduling::WaiterId>& waiters) { broker_.abandon(waiters); });
   proxy_ctx_.fleet = fleet_.get();
+  local_fleet_ = std::make_unique<fleet::LocalFleet>(io_.get_executor(), &config_, *fleet_);
   admin_ctx_.fleet = fleet_.get();
   if (const char* token = env_or_null(config_.admin.token_env); token && *token) {
     admin_ctx_.admin_token = token;
@@ -162,6 +163,7 @@ void Gateway::begin_shutdown(int signal_number) {
   if (shutting_down_) {
     log::warn("second signal: stopping now", {{"signal", signal_number}});
     sessions_.close_all();
+    local_fleet_->stop();
     io_.stop();
     return;
   }
@@ -176,6 +178,7 @@ void Gateway::begin_shutdown(int signal_number) {
   sessions_.on_drained = [this] {
     log::info("drained: every request finished");
     admin_listener_->stop();
+    local_fleet_->stop();
     drain_timer_.cancel();
     io_.stop();
   };
@@ -188,6 +191,7 @@ void Gateway::begin_shutdown(int signal_number) {
     log::warn("drain deadline passed: closing the remaining connections",
               {{"open_connections", sessions_.size()}});
     sessions_.close_all();
+    local_fleet_->stop();
     io_.stop();
   });
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
@@ -199,6 +203,13 @@ void Gateway::begin_shutdown(int signal_number) {
 
 int Gateway::run() {
   fleet_->start();
+  try {
+    local_fleet_->start();
+  } catch (const std::exception& e) {
+    log::error("cannot start the local fleet", {{"error", e.what()}});
+    local_fleet_->stop();
+    return 1;
+  }
   public_listener_->start();
   admin_listener_->start();
   log::info("listening", {{"listener", "public"},
@@ -215,6 +226,7 @@ int Gateway::run() {
   });
   wait_for_hangup();
   io_.run();
+  local_fleet_->stop();
   log::info("stopped");
   return 0;
 }

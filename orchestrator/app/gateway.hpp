@@ -12,6 +12,7 @@
 #include "orchestrator/admin/admin.hpp"
 #include "orchestrator/config/config.hpp"
 #include "orchestrator/fleet/fleet_manager.hpp"
+#include "orchestrator/fleet/local_fleet.hpp"
 #include "orchestrator/fleet/registry.hpp"
 #include "orchestrator/metrics/metrics.hpp"
 #include "orchestrator/proxy/context.hpp"
@@ -46,6 +47,7 @@ class Gateway {
   std::shared_ptr<boost::asio::ssl::context> upstream_tls_;
   std::shared_ptr<boost::asio::ssl::context> public_tls_;
   std::unique_ptr<fleet::FleetManager> fleet_;
+  std::unique_ptr<fleet::LocalFleet> local_fleet_;
   proxy::ProxyContext proxy_ctx_;
   admin::AdminContext admin_ctx_;
   std::unique_ptr<net::Listener> public_listener_;

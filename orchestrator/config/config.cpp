@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/util/duration.hpp"
+#include "replica-agent/engines/sim_model.hpp"
 
 namespace fg::config {
 namespace {
@@ -28,7 +29,9 @@ const std::vector<std::string> kHealthKeys = {"interval",        "timeout",     
                                               "unhealthy_after", "healthy_after", "eject_after"};
 const std::vector<std::string> kRegistrationKeys = {"token_env", "allowed_urls", "expire_after",
                                                     "heartbeat_interval"};
-const std::vector<std::string> kModelKeys = {"name", "replicas", "slots", "endpoints", "health"};
+const std::vector<std::string> kModelKeys = {"name",      "replicas", "slots",
+                                             "endpoints", "health",   "local"};
+const std::vector<std::string> kLocalKeys = {"count", "engine", "profile", "time_scale", "slots"};
 const std::vector<std::string> kEndpointKeys = {"url", "slots"};
 const std::vector<std::string> kRoutingKeys = {"queue_max", "queue_timeout", "retries",
                                                "keepalive_interval"};
@@ -479,6 +482,10 @@ class Parser {
       read_health(hs, out.health);
       check_health_timeout(global_health_, &hs, out.health);
     }
+    if (const auto* l = s.find("local")) {
+      const Section ls = section(*l, join(path, "local"), value_line(s, "local"), kLocalKeys);
+      out.local = parse_local(ls);
+    }
     const YAML::Node* eps = s.find("endpoints");
     if (eps == nullptr || eps->IsNull()) {
       return name_line;
@@ -493,6 +500,38 @@ class Parser {
           parse_endpoint((*eps)[i], index_path(eps_path, i), eps_line, out.slots));
     }
     return name_line;
+  }
+
+  LocalFleetConfig parse_local(const Section& s) const {
+    LocalFleetConfig local;
+    read_u32_in(s, "count", 1, 256, local.count);
+    read_string(s, "engine", local.engine);
+    if (local.engine != "sim") {
+      fail(value_line(s, "engine"), join(s.path, "engine"),
+           "a local fleet runs the simulator only: use 'sim', got " + quoted(local.engine));
+    }
+    if (read_string(s, "profile", local.profile)) {
+      if (!sim::find_profile(local.profile)) {
+        std::string names;
+        for (const auto& name : sim::profile_names()) {
+          names += (names.empty() ? "" : ", ") + name;
+        }
+        fail(value_line(s, "profile"), join(s.path, "profile"),
+             "unknown simulator profile " + quoted(local.profile) + "; known: " + names);
+      }
+    }
+    if (const auto* n = s.find("time_scale")) {
+      const int line = value_line(s, "time_scale");
+      double v = 0;
+      if (!n->IsScalar() || !YAML::convert<double>::decode(*n, v) || !(v > 0) || v > 1e6) {
+        fail(line, join(s.path, "time_scale"),
+             "expected a number greater than 0 (10 runs the profile ten times faster), got " +
+                 describe(*n));
+      }
+      local.time_scale = v;
+    }
+    read_u32_in(s, "slots", 1, kMaxSlots, local.slots);
+    return local;
   }
 
   // An endpoint is a URL string, or a map {url, slots}.

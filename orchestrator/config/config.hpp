@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -63,15 +64,29 @@ struct Endpoint {
   std::uint32_t slots = 0;  // resolved: the endpoint's own, else the model's
 };
 
+// A fleet of simulated phones the gateway starts and supervises itself (fleetgate-agent
+// processes on free 127.0.0.1 ports): a whole system on one machine, for trying and testing.
+struct LocalFleetConfig {
+  std::uint32_t count = 1;            // agents to start, 1..256
+  std::string engine = "sim";         // the only engine a local fleet runs today
+  std::string profile = "fast-test";  // a simulator profile (docs/simulator.md)
+  double time_scale = 1.0;            // > 0; 10 runs the profile ten times faster
+  std::uint32_t slots = 0;            // per agent; 0 = the profile's own
+};
+
 struct ModelConfig {
   std::string name;
   std::uint32_t replicas = 0;  // desired replica count (0 = not stated: the endpoint count)
   std::uint32_t slots = 1;     // default slots per replica
   std::vector<Endpoint> endpoints;
   HealthConfig health;  // resolved: the global health settings overridden by the model's own
-  // The fleet size to aim for: replicas when stated, else the number of static endpoints.
+  std::optional<LocalFleetConfig> local;
+  // The fleet size to aim for: replicas when stated, else static endpoints plus local agents.
   std::uint32_t desired_replicas() const {
-    return replicas != 0 ? replicas : static_cast<std::uint32_t>(endpoints.size());
+    if (replicas != 0) {
+      return replicas;
+    }
+    return static_cast<std::uint32_t>(endpoints.size()) + (local ? local->count : 0);
   }
 };
 

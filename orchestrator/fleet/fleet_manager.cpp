@@ -22,6 +22,7 @@ using health::State;
 namespace {
 
 constexpr auto kMissedHeartbeats = 3;
+constexpr auto kJoiningProbeInterval = std::chrono::seconds(1);
 
 FleetManager::Answer error_answer(unsigned status, std::string message, std::string code) {
   auto type = std::string(openai::error_type_for_status(status));
@@ -72,7 +73,7 @@ void FleetManager::start() {
     models_.insert(model.name);
     for (const auto& endpoint : model.endpoints) {
       // The operator vouched for static endpoints: they serve at once, probes keep watching.
-      add_replica(model.name, endpoint.url, endpoint.slots, false, State::healthy);
+      add_replica(model.name, endpoint.url, endpoint.slots, Source::config, State::healthy);
     }
   }
   net::spawn_logged(executor_, sweep_loop(this), "fleet sweep");
@@ -89,10 +90,11 @@ void FleetManager::stop() {
 }
 
 std::shared_ptr<Replica> FleetManager::add_replica(const std::string& model, const net::Url& url,
-                                                   std::uint32_t slots, bool registered,
+                                                   std::uint32_t slots, Source source,
                                                    State initial) {
   auto replica = registry_.add(model, url, slots);
-  replica->registered = registered;
+  replica->registered = source == Source::registration;
+  replica->local = source == Source::local;
   tracker_.add(replica->id, model, thresholds_for(model), Clock::now(), initial);
   if (initial == State::healthy) {
     deliver_(scheduler_.add_replica(replica->id, model, slots));
@@ -106,10 +108,17 @@ std::shared_ptr<Replica> FleetManager::add_replica(const std::string& model, con
                               {"model", model},
                               {"url", url.to_string()},
                               {"slots", slots},
-                              {"source", registered ? "registration" : "config"},
+                              {"source", source == Source::registration ? "registration"
+                                         : source == Source::local      ? "local"
+                                                                        : "config"},
                               {"state", health::to_string(initial)}});
   net::spawn_logged(executor_, probe_loop(this, replica), "probe");
   return replica;
+}
+
+void FleetManager::add_local_replica(const std::string& model, const net::Url& url,
+                                     std::uint32_t slots) {
+  add_replica(model, url, slots, Source::local, State::joining);
 }
 
 void FleetManager::apply(const std::optional<health::Transition>& transition) {
@@ -162,7 +171,13 @@ asio::awaitable<void> FleetManager::probe_loop(FleetManager* self,
   bool first = true;
   while (!self->stopped_ && !replica->removed) {
     if (!first) {
-      timer.expires_at(self->tracker_.next_probe_at(replica->id, last, unit(self->rng_)));
+      auto due = self->tracker_.next_probe_at(replica->id, last, unit(self->rng_));
+      if (self->tracker_.state(replica->id) == State::joining) {
+        // A new phone is worth proving quickly: joining replicas are probed at least every
+        // second, so a registered phone takes traffic about a second after it answers.
+        due = std::min(due, last + kJoiningProbeInterval);
+      }
+      timer.expires_at(due);
       co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
       if (self->stopped_ || replica->removed) {
         break;
@@ -312,11 +327,11 @@ FleetManager::Answer FleetManager::register_replica(const nlohmann::json& reques
     replica.reset();
   }
   if (!replica) {
-    replica = add_replica(model, *url, slots, true, State::joining);
+    replica = add_replica(model, *url, slots, Source::registration, State::joining);
   } else {
     set_slots(*replica, slots);
     if (tracker_.state(replica->id) == State::gone) {
-      replica = add_replica(model, *url, slots, true, State::joining);
+      replica = add_replica(model, *url, slots, Source::registration, State::joining);
     }
   }
   replica->agent_version = agent_version;
@@ -379,7 +394,9 @@ nlohmann::json FleetManager::replica_json(const Replica& replica) const {
                    {"model", replica.model},
                    {"url", replica.url.to_string()},
                    {"state", health::to_string(tracker_.state(replica.id))},
-                   {"source", replica.registered ? "registration" : "config"},
+                   {"source", replica.registered ? "registration"
+                              : replica.local    ? "local"
+                                                 : "config"},
                    {"slots", replica.slots},
                    {"in_flight", scheduler_.in_flight(replica.id)},
                    {"consecutive_failures", tracker_.consecutive_failures(replica.id)},
@@ -450,7 +467,7 @@ void FleetManager::reload() {
     if (!models.count(replica->model)) {
       continue;  // handled with its model below
     }
-    if (replica->registered) {
+    if (replica->registered || replica->local) {
       continue;
     }
     auto it = wanted.find(replica->url.to_string());
@@ -465,7 +482,7 @@ void FleetManager::reload() {
     if (registry_.find_by_url(url)) {
       continue;  // the same URL registered by an agent, or pending removal under another model
     }
-    add_replica(target.first, *net::parse_url(url), target.second, false, State::healthy);
+    add_replica(target.first, *net::parse_url(url), target.second, Source::config, State::healthy);
   }
   // Models no longer configured: their replicas go, their queued requests are answered now.
   for (const auto& replica : registry_.all()) {

@@ -44,6 +44,9 @@ class FleetManager {
   void start();
   void stop();
 
+  // A simulated phone started by LocalFleet: joins like a registered replica (probes prove it).
+  void add_local_replica(const std::string& model, const net::Url& url, std::uint32_t slots);
+
   // Traffic outcomes, for passive ejection.
   void traffic_failure(ReplicaId id);
   void traffic_success(ReplicaId id);
@@ -72,8 +75,9 @@ class FleetManager {
   void update_metrics();
 
  private:
+  enum class Source { config, registration, local };
   std::shared_ptr<Replica> add_replica(const std::string& model, const net::Url& url,
-                                       std::uint32_t slots, bool registered, health::State initial);
+                                       std::uint32_t slots, Source source, health::State initial);
   void apply(const std::optional<health::Transition>& transition);
   void set_slots(Replica& replica, std::uint32_t slots);
   void finish_removal(ReplicaId id);

@@ -36,6 +36,7 @@ struct Replica {
   net::Url url;
   std::uint32_t slots = 1;
   bool registered = false;  // came from an agent's registration (else from the YAML)
+  bool local = false;       // a simulated phone the gateway started itself
   bool removed = false;     // out of the registry; in-flight work may still hold it
   std::string agent_version;
   nlohmann::json device = nlohmann::json::object();

@@ -1100,3 +1100,46 @@ TEST(ConfigFile, ShippedLocalIsValid) {
 
 }  // namespace
 }  // namespace fg::config
+
+namespace fg::config {
+namespace {
+
+Config load_local(const std::string& local) {
+  return load_config_string("models:\n  - name: m\n    local: " + local + "\n", "t.yaml");
+}
+
+std::string local_error(const std::string& local) {
+  try {
+    load_local(local);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ConfigLocal, DefaultsAndValues) {
+  auto c = load_local("{count: 4, profile: qwen3.5-0.8b/snapdragon-8-elite, time_scale: 2.5}");
+  ASSERT_TRUE(c.models[0].local.has_value());
+  EXPECT_EQ(c.models[0].local->count, 4u);
+  EXPECT_EQ(c.models[0].local->engine, "sim");
+  EXPECT_DOUBLE_EQ(c.models[0].local->time_scale, 2.5);
+  EXPECT_EQ(c.models[0].local->slots, 0u);
+  EXPECT_EQ(c.models[0].desired_replicas(), 4u);
+  auto d = load_local("{}");
+  EXPECT_EQ(d.models[0].local->count, 1u);
+  EXPECT_EQ(d.models[0].local->profile, "fast-test");
+}
+
+TEST(ConfigLocal, Errors) {
+  EXPECT_NE(local_error("{count: 0}").find("t.yaml:3: models[0].local.count"), std::string::npos);
+  EXPECT_NE(local_error("{engine: llama-server}").find("models[0].local.engine"),
+            std::string::npos);
+  EXPECT_NE(local_error("{profile: pixel-9}").find("unknown simulator profile"), std::string::npos);
+  EXPECT_NE(local_error("{time_scale: 0}").find("models[0].local.time_scale"), std::string::npos);
+  EXPECT_NE(local_error("{time_scale: fast}").find("models[0].local.time_scale"),
+            std::string::npos);
+  EXPECT_NE(local_error("{cuont: 2}").find("did you mean 'count'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fg::config

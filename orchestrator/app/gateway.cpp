@@ -42,7 +42,7 @@ Gateway::Gateway(config::Config config, std::string config_path)
     : config_(std::move(config)),
       config_path_(std::move(config_path)),
       scheduler_(config_.routing.queue_max),
-      broker_(io_.get_executor(), scheduler_),
+      broker_(scheduler_),
       signals_(io_, SIGTERM, SIGINT),
       hangup_(io_, SIGHUP),
       drain_timer_(io_) {
@@ -114,6 +114,14 @@ Gateway::Gateway(config::Config config, std::string config_path)
         return admin::run_admin_session(&admin_ctx_, std::move(conn));
       },
       "admin");
+}
+
+Gateway::~Gateway() {
+  sessions_.on_drained = nullptr;
+  // Pooled replica connections are sockets: close them while the io_context still exists.
+  for (const auto& replica : registry_.all()) {
+    replica->idle.clear();
+  }
 }
 
 void Gateway::reload() {

@@ -30,13 +30,17 @@ class Gateway {
   Gateway(config::Config config, std::string config_path);
   // Runs until SIGTERM/SIGINT and the drain that follows. Returns the process exit code.
   int run();
+  ~Gateway();
 
  private:
   void begin_shutdown(int signal_number);
   void reload();
   void wait_for_hangup();
 
-  boost::asio::io_context io_{1};
+  // Order matters. State that suspended coroutines touch when they are destroyed (sessions,
+  // scheduler, broker) is declared before io_, so it outlives it: the io_context destroys the
+  // coroutines it still holds. I/O objects (timers, signal sets, listeners) come after io_, so
+  // they go first, while its services still exist.
   config::Config config_;
   std::string config_path_;
   scheduling::Scheduler scheduler_;
@@ -46,10 +50,13 @@ class Gateway {
   metrics::Metrics metrics_;
   std::shared_ptr<boost::asio::ssl::context> upstream_tls_;
   std::shared_ptr<boost::asio::ssl::context> public_tls_;
-  std::unique_ptr<fleet::FleetManager> fleet_;
-  std::unique_ptr<fleet::LocalFleet> local_fleet_;
   proxy::ProxyContext proxy_ctx_;
   admin::AdminContext admin_ctx_;
+
+  boost::asio::io_context io_{1};
+
+  std::unique_ptr<fleet::FleetManager> fleet_;
+  std::unique_ptr<fleet::LocalFleet> local_fleet_;
   std::unique_ptr<net::Listener> public_listener_;
   std::unique_ptr<net::Listener> admin_listener_;
   boost::asio::signal_set signals_;

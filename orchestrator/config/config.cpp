@@ -19,12 +19,13 @@ namespace {
 
 // Key names each section accepts. Kept next to the parser so a new field cannot be parsed
 // without also being accepted (and suggested in "did you mean").
-const std::vector<std::string> kRootKeys = {"server", "admin",   "health",   "registration",
-                                            "models", "routing", "upstream", "log"};
+const std::vector<std::string> kRootKeys = {
+    "server", "admin", "health", "registration", "models", "routing", "upstream", "metrics", "log"};
+const std::vector<std::string> kMetricsKeys = {"per_replica", "request_stream_usage"};
 const std::vector<std::string> kServerKeys = {"listen",         "tls",          "api_keys_env",
                                               "max_body_bytes", "read_timeout", "drain_timeout"};
 const std::vector<std::string> kTlsKeys = {"cert", "key"};
-const std::vector<std::string> kAdminKeys = {"listen", "token_env"};
+const std::vector<std::string> kAdminKeys = {"listen", "token_env", "prometheus_sd_file"};
 const std::vector<std::string> kHealthKeys = {"interval",        "timeout",       "path",
                                               "unhealthy_after", "healthy_after", "eject_after"};
 const std::vector<std::string> kRegistrationKeys = {"token_env", "allowed_urls", "expire_after",
@@ -160,6 +161,7 @@ class Parser {
       const Section s = section(*n, "admin", value_line(top, "admin"), kAdminKeys);
       admin_listen_line_ = read_host_port(s, "listen", config.admin.listen);
       read_env_name(s, "token_env", config.admin.token_env);
+      read_string(s, "prometheus_sd_file", config.admin.prometheus_sd_file);
     }
     // Before the models: each model's health settings start from the global ones.
     if (const auto* n = top.find("health")) {
@@ -181,6 +183,11 @@ class Parser {
     }
     if (const auto* n = top.find("upstream")) {
       parse_upstream(*n, value_line(top, "upstream"), config.upstream);
+    }
+    if (const auto* n = top.find("metrics")) {
+      const Section s = section(*n, "metrics", value_line(top, "metrics"), kMetricsKeys);
+      read_bool(s, "per_replica", config.metrics.per_replica);
+      read_bool(s, "request_stream_usage", config.metrics.request_stream_usage);
     }
     if (const auto* n = top.find("log")) {
       const Section s = section(*n, "log", value_line(top, "log"), kLogKeys);
@@ -342,6 +349,18 @@ class Parser {
     }
     if (v == 0) {
       fail(value_line(s, key), join(s.path, key), "must be greater than 0");
+    }
+    out = v;
+  }
+
+  void read_bool(const Section& s, const std::string& key, bool& out) const {
+    const YAML::Node* n = s.find(key);
+    if (n == nullptr) {
+      return;
+    }
+    bool v = false;
+    if (!n->IsScalar() || !YAML::convert<bool>::decode(*n, v)) {
+      fail(value_line(s, key), join(s.path, key), "expected true or false, got " + describe(*n));
     }
     out = v;
   }

@@ -35,6 +35,15 @@ struct ServerConfig {
 struct AdminConfig {
   net::HostPort listen{"127.0.0.1", 9090};
   std::string token_env;  // name of an env var with the /admin/v1 bearer token; empty = none
+  // When set, the gateway writes its agents as a Prometheus file_sd target list here.
+  std::string prometheus_sd_file;
+};
+
+struct MetricsConfig {
+  bool per_replica = true;  // per-replica series (labels: model, replica id); off for huge fleets
+  // Ask replicas for usage on streams when the client did not (and strip it from what the client
+  // receives), so that token counts are always known.
+  bool request_stream_usage = true;
 };
 
 // Active health checks and passive ejection. The top-level `health:` section sets the fleet-wide
@@ -118,6 +127,7 @@ struct Config {
   std::vector<ModelConfig> models;
   RoutingConfig routing;
   UpstreamConfig upstream;
+  MetricsConfig metrics;
   LogConfig log;
   // The model with this name, or nullptr.
   const ModelConfig* find_model(std::string_view name) const {

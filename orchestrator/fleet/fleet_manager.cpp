@@ -1,7 +1,9 @@
 #include "orchestrator/fleet/fleet_manager.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -113,6 +115,9 @@ std::shared_ptr<Replica> FleetManager::add_replica(const std::string& model, con
                                                                         : "config"},
                               {"state", health::to_string(initial)}});
   net::spawn_logged(executor_, probe_loop(this, replica), "probe");
+  if (source != Source::config) {
+    write_sd_file();
+  }
   return replica;
 }
 
@@ -199,13 +204,19 @@ asio::awaitable<void> FleetManager::probe_loop(FleetManager* self,
     last = Clock::now();
     replica->last_probe = std::chrono::system_clock::now();
     replica->last_probe_seconds = outcome.seconds;
-    self->metrics_.health_check(replica->name, outcome.seconds);
+    if (self->config_->metrics.per_replica) {
+      self->metrics_.health_check(replica->name, outcome.seconds);
+    }
     replica->reported_slots_idle = outcome.slots_idle;
     if (outcome.slots_total) {
       self->set_slots(*replica, *outcome.slots_total);
     }
     if (outcome.result == health::ProbeResult::fail) {
       log::debug("probe failed", {{"replica", replica->name}, {"error", outcome.error}});
+    }
+    if (outcome.result != health::ProbeResult::fail && self->heartbeat_stale(*replica, last)) {
+      // An agent that stopped heartbeating is not trusted again on probes alone.
+      continue;
     }
     self->apply(self->tracker_.on_probe(replica->id, outcome.result, last));
   }
@@ -254,10 +265,32 @@ void FleetManager::finish_removal(ReplicaId id) {
     return;
   }
   log::info("replica removed", {{"replica", replica->name}, {"model", replica->model}});
+  metrics_.forget_replica(replica->model, replica->name);
   registry_.remove(id);
+  write_sd_file();
   scheduler_.remove_replica(id);
   tracker_.remove(id);
   removing_.erase(std::remove(removing_.begin(), removing_.end(), id), removing_.end());
+}
+
+bool FleetManager::pending_removal(ReplicaId id) const {
+  return std::find(removing_.begin(), removing_.end(), id) != removing_.end();
+}
+
+// The entry that serves this URL now: one being removed does not count (it only finishes work).
+std::shared_ptr<Replica> FleetManager::live_by_url(const std::string& normalised_url) const {
+  for (const auto& replica : registry_.all()) {
+    if (replica->url.to_string() == normalised_url && !pending_removal(replica->id)) {
+      return replica;
+    }
+  }
+  return nullptr;
+}
+
+bool FleetManager::heartbeat_stale(const Replica& replica, Clock::time_point now) const {
+  return replica.registered && replica.last_heartbeat &&
+         now - *replica.last_heartbeat >
+             kMissedHeartbeats * config_->registration.heartbeat_interval;
 }
 
 std::shared_ptr<Replica> FleetManager::by_name(const std::string& name) const {
@@ -320,8 +353,17 @@ FleetManager::Answer FleetManager::register_replica(const nlohmann::json& reques
     device = *d;
   }
 
-  auto replica = registry_.find_by_url(normalised);
-  if (replica && replica->model != model) {
+  auto replica = live_by_url(normalised);
+  if (replica && !replica->registered && !replica->local) {
+    if (replica->model != model) {
+      // A static endpoint belongs to the YAML: a registration must not move it elsewhere.
+      log::warn("registration refused: URL is a configured endpoint of another model",
+                {{"url", normalised}, {"model", model}});
+      return error_answer(
+          409, "the URL " + normalised + " is configured for model '" + replica->model + "'",
+          "url_in_use");
+    }
+  } else if (replica && replica->model != model) {
     // Same phone, other model: the old entry goes (drained first), a new one is made.
     remove(replica->name);
     replica.reset();
@@ -346,7 +388,9 @@ FleetManager::Answer FleetManager::register_replica(const nlohmann::json& reques
 
 FleetManager::Answer FleetManager::heartbeat(const std::string& name) {
   auto replica = by_name(name);
-  if (!replica || !replica->registered) {
+  // A static endpoint takes heartbeats only once an agent registered on its URL.
+  if (!replica || pending_removal(replica->id) ||
+      (!replica->registered && !replica->last_heartbeat)) {
     return error_answer(404, "no registered replica " + name + "; register again",
                         "replica_not_found");
   }
@@ -472,15 +516,23 @@ void FleetManager::reload() {
     }
     auto it = wanted.find(replica->url.to_string());
     if (it == wanted.end() || it->second.first != replica->model) {
-      remove(replica->name);
+      if (!pending_removal(replica->id)) {
+        remove(replica->name);
+      }
     } else {
+      if (pending_removal(replica->id)) {
+        // Listed again before its removal finished: it stays, and probes prove it again.
+        removing_.erase(std::remove(removing_.begin(), removing_.end(), replica->id),
+                        removing_.end());
+        apply(tracker_.undrain(replica->id));
+      }
       set_slots(*replica, it->second.second);
       wanted.erase(it);
     }
   }
   for (const auto& [url, target] : wanted) {
-    if (registry_.find_by_url(url)) {
-      continue;  // the same URL registered by an agent, or pending removal under another model
+    if (live_by_url(url)) {
+      continue;  // the same URL registered by an agent
     }
     add_replica(target.first, *net::parse_url(url), target.second, Source::config, State::healthy);
   }
@@ -498,8 +550,42 @@ void FleetManager::reload() {
   }
   models_ = models;
   for (const auto& model : gone_models) {
+    metrics_.forget_model(model);
     abandon_(scheduler_.remove_model(model));
     log::info("model removed", {{"model", model}});
+  }
+}
+
+void FleetManager::write_sd_file() const {
+  const auto& path = config_->admin.prometheus_sd_file;
+  if (path.empty()) {
+    return;
+  }
+  // Agents (registered or local) serve their own /metrics on their public address.
+  auto groups = nlohmann::json::array();
+  for (const auto& replica : registry_.all()) {
+    if (!replica->registered && !replica->local) {
+      continue;
+    }
+    groups.push_back({{"targets", {replica->url.host_header()}},
+                      {"labels",
+                       {{"model", replica->model},
+                        {"replica", replica->name},
+                        {"__scheme__", replica->url.scheme},
+                        {"__metrics_path__", replica->url.path_prefix + "/metrics"}}}});
+  }
+  // Written whole and renamed into place: Prometheus never reads half a file.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << groups.dump(2) << "\n";
+    if (!out) {
+      log::warn("cannot write admin.prometheus_sd_file", {{"file", path}});
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    log::warn("cannot write admin.prometheus_sd_file", {{"file", path}});
   }
 }
 
@@ -518,6 +604,12 @@ void FleetManager::update_metrics() {
     const auto desired = model.desired_replicas();
     metrics_.set_replicas_desired(model.name, desired);
     metrics_.set_degraded(model.name, counts[State::healthy] < desired);
+  }
+  if (config_->metrics.per_replica) {
+    for (const auto& replica : registry_.all()) {
+      metrics_.set_replica(replica->model, replica->name, scheduler_.in_flight(replica->id),
+                           replica->tokens_per_second);
+    }
   }
 }
 

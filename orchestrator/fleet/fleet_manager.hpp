@@ -81,6 +81,10 @@ class FleetManager {
   void apply(const std::optional<health::Transition>& transition);
   void set_slots(Replica& replica, std::uint32_t slots);
   void finish_removal(ReplicaId id);
+  void write_sd_file() const;
+  bool pending_removal(ReplicaId id) const;
+  std::shared_ptr<Replica> live_by_url(const std::string& normalised_url) const;
+  bool heartbeat_stale(const Replica& replica, Clock::time_point now) const;
   std::shared_ptr<Replica> by_name(const std::string& name) const;
   health::Thresholds thresholds_for(const std::string& model) const;
   nlohmann::json replica_json(const Replica& replica) const;

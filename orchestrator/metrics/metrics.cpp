@@ -1,5 +1,11 @@
 #include "orchestrator/metrics/metrics.hpp"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include <prometheus/text_serializer.h>
 
 namespace fg::metrics {
@@ -80,7 +86,42 @@ Metrics::Metrics()
       build_info_(prometheus::BuildGauge()
                       .Name("fleetgate_build_info")
                       .Help("Always 1; the version label says which build runs.")
-                      .Register(*registry_)) {
+                      .Register(*registry_)),
+      replica_requests_(prometheus::BuildCounter()
+                            .Name("fleetgate_replica_requests_total")
+                            .Help("Attempts sent to each replica, by outcome (ok, error, busy, "
+                                  "client_gone, failed_mid_stream).")
+                            .Register(*registry_)),
+      replica_in_flight_(prometheus::BuildGauge()
+                             .Name("fleetgate_replica_in_flight")
+                             .Help("Requests bound to each replica now (the gateway's own count).")
+                             .Register(*registry_)),
+      replica_tokens_per_second_(
+          prometheus::BuildGauge()
+              .Name("fleetgate_replica_tokens_per_second")
+              .Help("Completion tokens per second of each replica's recent requests, from the "
+                    "usage it reports.")
+              .Register(*registry_)),
+      process_rss_(prometheus::BuildGauge()
+                       .Name("fleetgate_process_resident_memory_bytes")
+                       .Help("Resident memory of the gateway process.")
+                       .Register(*registry_)
+                       .Add({})),
+      process_cpu_(prometheus::BuildCounter()
+                       .Name("fleetgate_process_cpu_seconds_total")
+                       .Help("CPU time (user and system) used by the gateway process.")
+                       .Register(*registry_)
+                       .Add({})),
+      process_fds_(prometheus::BuildGauge()
+                       .Name("fleetgate_process_open_fds")
+                       .Help("Open file descriptors of the gateway process.")
+                       .Register(*registry_)
+                       .Add({})),
+      process_start_(prometheus::BuildGauge()
+                         .Name("fleetgate_process_start_time_seconds")
+                         .Help("Start time of the gateway process, in seconds since the epoch.")
+                         .Register(*registry_)
+                         .Add({})) {
   build_info_.Add({{"version", FLEETGATE_VERSION}}).Set(1);
 }
 
@@ -145,7 +186,107 @@ void Metrics::health_check(const std::string& replica, double seconds) {
   health_check_.Add({{"replica", replica}}, kBuckets).Observe(seconds);
 }
 
+void Metrics::replica_request(const std::string& model, const std::string& replica,
+                              const std::string& outcome) {
+  replica_requests_.Add({{"model", model}, {"replica", replica}, {"outcome", outcome}}).Increment();
+  replica_outcomes_[model + "\n" + replica].insert(outcome);
+}
+
+void Metrics::set_replica(const std::string& model, const std::string& replica, double in_flight,
+                          double tokens_per_second) {
+  replica_in_flight_.Add({{"model", model}, {"replica", replica}}).Set(in_flight);
+  replica_tokens_per_second_.Add({{"model", model}, {"replica", replica}}).Set(tokens_per_second);
+}
+
+namespace {
+template <typename T>
+void remove_series(prometheus::Family<T>& family, const prometheus::Labels& labels) {
+  if (family.Has(labels)) {
+    family.Remove(&family.Add(labels));
+  }
+}
+}  // namespace
+
+void Metrics::forget_model(const std::string& model) {
+  remove_series(queue_depth_, {{"model", model}});
+  remove_series(replicas_desired_, {{"model", model}});
+  remove_series(degraded_, {{"model", model}});
+  for (const char* state : {"busy", "free"}) {
+    remove_series(slots_, {{"model", model}, {"state", state}});
+  }
+  for (const char* state : {"joining", "healthy", "unhealthy", "draining"}) {
+    remove_series(replicas_, {{"model", model}, {"state", state}});
+  }
+}
+
+void Metrics::forget_replica(const std::string& model, const std::string& replica) {
+  const prometheus::Labels labels{{"model", model}, {"replica", replica}};
+  if (replica_in_flight_.Has(labels)) {
+    replica_in_flight_.Remove(&replica_in_flight_.Add(labels));
+  }
+  if (replica_tokens_per_second_.Has(labels)) {
+    replica_tokens_per_second_.Remove(&replica_tokens_per_second_.Add(labels));
+  }
+  auto it = replica_outcomes_.find(model + "\n" + replica);
+  if (it != replica_outcomes_.end()) {
+    for (const auto& outcome : it->second) {
+      auto& c =
+          replica_requests_.Add({{"model", model}, {"replica", replica}, {"outcome", outcome}});
+      replica_requests_.Remove(&c);
+    }
+    replica_outcomes_.erase(it);
+  }
+  if (health_check_.Has({{"replica", replica}})) {
+    static const prometheus::Histogram::BucketBoundaries kNone{};
+    health_check_.Remove(&health_check_.Add({{"replica", replica}}, kNone));
+  }
+}
+
+// Linux process facts from /proc, the same set Prometheus client libraries export.
+void Metrics::update_process() {
+  static const long ticks = sysconf(_SC_CLK_TCK);
+  static const long page = sysconf(_SC_PAGESIZE);
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces) start at field 3.
+  auto close = stat.rfind(')');
+  if (close != std::string::npos) {
+    std::istringstream in(stat.substr(close + 2));
+    std::string field;
+    std::vector<std::string> fields;
+    while (in >> field) {
+      fields.push_back(field);
+    }
+    if (fields.size() > 21) {
+      const double cpu = (std::stod(fields[11]) + std::stod(fields[12])) / ticks;
+      if (cpu > cpu_seen_) {
+        process_cpu_.Increment(cpu - cpu_seen_);
+        cpu_seen_ = cpu;
+      }
+      process_rss_.Set(std::stod(fields[21]) * page);
+      std::ifstream proc_stat("/proc/stat");
+      std::string key;
+      double boot = 0;
+      while (proc_stat >> key) {
+        if (key == "btime") {
+          proc_stat >> boot;
+          break;
+        }
+      }
+      process_start_.Set(boot + std::stod(fields[19]) / ticks);
+    }
+  }
+  std::error_code ec;
+  double fds = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++fds;
+  }
+  process_fds_.Set(fds);
+}
+
 std::string Metrics::scrape() {
+  update_process();
   if (before_scrape) {
     before_scrape();
   }

@@ -1,7 +1,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <prometheus/counter.h>
@@ -35,11 +37,23 @@ class Metrics {
   void replica_state_change(const std::string& model, const std::string& to);
   void health_check(const std::string& replica, double seconds);
 
+  // Per-replica series (bounded by fleet size; switched off by metrics.per_replica: false).
+  void replica_request(const std::string& model, const std::string& replica,
+                       const std::string& outcome);
+  void set_replica(const std::string& model, const std::string& replica, double in_flight,
+                   double tokens_per_second);
+  // Drops the model-level gauges of a model that left the configuration.
+  void forget_model(const std::string& model);
+  // Drops every series of a replica that left the fleet.
+  void forget_replica(const std::string& model, const std::string& replica);
+
   // Prometheus text exposition format.
   std::string scrape();
   std::function<void()> before_scrape;
 
  private:
+  void update_process();
+
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& duration_;
@@ -57,6 +71,16 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& state_changes_;
   prometheus::Family<prometheus::Histogram>& health_check_;
   prometheus::Family<prometheus::Gauge>& build_info_;
+  prometheus::Family<prometheus::Counter>& replica_requests_;
+  prometheus::Family<prometheus::Gauge>& replica_in_flight_;
+  prometheus::Family<prometheus::Gauge>& replica_tokens_per_second_;
+  prometheus::Gauge& process_rss_;
+  prometheus::Counter& process_cpu_;
+  prometheus::Gauge& process_fds_;
+  prometheus::Gauge& process_start_;
+  double cpu_seen_ = 0;
+  // What to remove when a replica leaves: its label sets, by family.
+  std::map<std::string, std::set<std::string>> replica_outcomes_;
 };
 
 }  // namespace fg::metrics

@@ -141,6 +141,20 @@ struct RequestRecord {
   std::string outcome = "ok";
 };
 
+std::string replica_outcome(const ExchangeResult& r) {
+  switch (r.kind) {
+    case ExchangeResult::Kind::done:
+      return "ok";
+    case ExchangeResult::Kind::client_gone:
+      return "client_gone";
+    case ExchangeResult::Kind::failed_after_content:
+      return "failed_mid_stream";
+    case ExchangeResult::Kind::retryable:
+      return r.error == UpstreamError::busy ? "busy" : "error";
+  }
+  return "error";
+}
+
 // Passive health: connect, TLS, timeout, protocol and 5xx failures count against the replica;
 // a busy answer (429/503: its slots are taken, perhaps by another gateway) does not.
 void report_outcome(ProxyContext* ctx, const fleet::Replica& replica, const ExchangeResult& r) {
@@ -218,6 +232,9 @@ asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
       }
     }
     report_outcome(ctx, *replica, last);
+    if (ctx->config->metrics.per_replica) {
+      ctx->metrics->replica_request(replica->model, replica->name, replica_outcome(last));
+    }
     record->prompt_tokens = last.prompt_tokens;
     record->completion_tokens = last.completion_tokens;
     switch (last.kind) {

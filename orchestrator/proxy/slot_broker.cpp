@@ -41,7 +41,7 @@ asio::awaitable<AcquireResult> SlotBroker::acquire(std::string model,
       break;
   }
 
-  asio::steady_timer timer(executor_, timeout);
+  asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
   Waiter waiter{&timer};
   waiters_.emplace(id, &waiter);
   // Whatever wakes us (grant, deadline, cancellation because the client left), the waiter leaves

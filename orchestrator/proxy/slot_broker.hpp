@@ -52,8 +52,9 @@ struct AcquireResult {
 // timer (its queue deadline) and is woken by the grant the moment a slot frees. No polling.
 class SlotBroker {
  public:
-  SlotBroker(asio::any_io_executor executor, scheduling::Scheduler& scheduler)
-      : executor_(std::move(executor)), scheduler_(scheduler) {}
+  // Holds no I/O object (timers live in the waiting coroutines), so it may outlive the
+  // io_context or be built before it.
+  explicit SlotBroker(scheduling::Scheduler& scheduler) : scheduler_(scheduler) {}
 
   boost::asio::awaitable<AcquireResult> acquire(std::string model, std::vector<ReplicaId> exclude,
                                                 std::chrono::steady_clock::duration timeout);
@@ -72,7 +73,6 @@ class SlotBroker {
     ReplicaId replica = 0;
   };
 
-  boost::asio::any_io_executor executor_;
   scheduling::Scheduler& scheduler_;
   std::unordered_map<scheduling::WaiterId, Waiter*> waiters_;
   scheduling::WaiterId next_waiter_ = 1;

@@ -1091,11 +1091,11 @@ TEST(ConfigFile, ShippedLocalIsValid) {
   EXPECT_EQ(m.name, "qwen3.5-0.8b");
   EXPECT_EQ(m.replicas, 4u);
   EXPECT_EQ(m.slots, 1u);
-  ASSERT_EQ(m.endpoints.size(), 4u);
-  for (std::size_t i = 0; i < m.endpoints.size(); ++i) {
-    EXPECT_EQ(m.endpoints[i].url.to_string(), "http://127.0.0.1:" + std::to_string(7101 + i));
-    EXPECT_EQ(m.endpoints[i].slots, 1u);
-  }
+  EXPECT_TRUE(m.endpoints.empty());
+  ASSERT_TRUE(m.local.has_value());
+  EXPECT_EQ(m.local->count, 4u);
+  EXPECT_EQ(m.local->profile, "qwen3.5-0.8b/snapdragon-8-elite");
+  EXPECT_EQ(m.local->slots, 1u);
 }
 
 }  // namespace
@@ -1139,6 +1139,35 @@ TEST(ConfigLocal, Errors) {
   EXPECT_NE(local_error("{time_scale: fast}").find("models[0].local.time_scale"),
             std::string::npos);
   EXPECT_NE(local_error("{cuont: 2}").find("did you mean 'count'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fg::config
+
+namespace fg::config {
+namespace {
+
+TEST(ConfigMetrics, DefaultsValuesAndErrors) {
+  const std::string models = "models:\n  - name: m\n";
+  auto d = load_config_string(models, "t.yaml");
+  EXPECT_TRUE(d.metrics.per_replica);
+  EXPECT_TRUE(d.metrics.request_stream_usage);
+  EXPECT_EQ(d.admin.prometheus_sd_file, "");
+  auto c = load_config_string(models +
+                                  "metrics: {per_replica: false, request_stream_usage: false}\n"
+                                  "admin: {prometheus_sd_file: /tmp/agents.json}\n",
+                              "t.yaml");
+  EXPECT_FALSE(c.metrics.per_replica);
+  EXPECT_FALSE(c.metrics.request_stream_usage);
+  EXPECT_EQ(c.admin.prometheus_sd_file, "/tmp/agents.json");
+  try {
+    load_config_string(models + "metrics:\n  per_replica: maybe\n", "t.yaml");
+    FAIL() << "accepted a non-boolean";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("t.yaml:4: metrics.per_replica: expected true or false"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

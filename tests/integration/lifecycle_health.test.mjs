@@ -1,0 +1,360 @@
+// Fleet lifecycle, health: a replica that starts failing is ejected and traffic moves to the others
+// with no client error, then it recovers and receives traffic again (time to eject and time to
+// route to it again are printed); active probes alone catch a dead replica; a hanging replica does
+// not stall the fleet; a probe timing out never cuts the replica's in-flight requests; the last
+// healthy replica is never ejected on traffic failures alone.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+
+import { startFakeReplica } from './lib/fake_replica.mjs';
+import { eventually, sleep, startGateway } from './lib/gateway.mjs';
+import {
+  FAST_HEALTH, Load, TOKEN_ENV, chat, failEverything, figure, hangEverything, heal, replicaByUrl, served, setProbe,
+  stateChanges, waitForState, waitForStateLog,
+} from './lib/lifecycle_util.mjs';
+
+const FAIL_500 = { type: 'status', status: 500 };
+
+describe('a replica that starts failing', () => {
+  const fakes = [];
+  let a;
+  let gw;
+
+  before(async () => {
+    for (const name of ['a', 'b', 'c']) {
+      fakes.push(await startFakeReplica({ name, mode: { delayMs: 5 } }));
+    }
+    a = fakes[0];
+    gw = await startGateway({
+      admin: { token_env: 'FG_IT_ADMIN_TOKEN' },
+      health: FAST_HEALTH,
+      models: [{ name: 'm', slots: 2, endpoints: fakes.map((f) => f.url) }],
+      routing: { retries: 2, queue_timeout: '10s' },
+      upstream: { first_byte_timeout: '2s' },
+    }, { env: TOKEN_ENV });
+  });
+
+  after(async () => {
+    await gw?.stop();
+    for (const f of fakes) {
+      await f.close();
+    }
+  });
+
+  test('is ejected under traffic with no client error, and gets traffic again once it recovers', async (t) => {
+    const id = (await replicaByUrl(gw, a.url)).id;
+    const load = new Load(gw, 'm', { concurrency: 4 }).start();
+    try {
+      await load.waitForMore(20);
+      assert.ok(served(a).length > 0, 'a gets its share of traffic while healthy');
+
+      // a starts failing: 500 on /health and on every request.
+      const logMark = gw.logs.length;
+      const failedAt = Date.now();
+      failEverything(a);
+      const ejection = await waitForStateLog(gw, id, 'unhealthy', { fromIndex: logMark, timeoutMs: 5000 });
+      const ejectedAt = Date.now();
+      figure(t, 'time to eject a failing replica (under load, 4 concurrent clients)', `${ejectedAt - failedAt} ms (reason: ${ejection.reason})`);
+      assert.equal(ejection.from, 'healthy');
+      assert.equal((await replicaByUrl(gw, a.url)).state, 'unhealthy');
+
+      // While it still fails, traffic goes to the others only.
+      await sleep(100); // requests bound before the ejection finish
+      const aCount = served(a).length;
+      const othersBefore = served(fakes[1]).length + served(fakes[2]).length;
+      await load.waitForMore(30);
+      await sleep(500);
+      assert.equal(served(a).length, aCount, 'an unhealthy replica receives no request');
+      assert.ok(served(fakes[1]).length + served(fakes[2]).length >= othersBefore + 30, 'the others serve the traffic');
+
+      // It recovers: probes resume after the back-off (5 s after a passive ejection) and prove it.
+      const recoveredAt = Date.now();
+      const before = served(a).length;
+      heal(a, { delayMs: 5 });
+      await waitForStateLog(gw, id, 'healthy', { fromIndex: logMark, timeoutMs: 12000 });
+      const healthyAt = Date.now();
+      await eventually(() => served(a).length > before, { timeoutMs: 5000, what: 'a request routed to the recovered replica' });
+      const routedAt = Date.now();
+      figure(t, 'time from recovery to healthy again', `${healthyAt - recoveredAt} ms (${healthyAt - ejectedAt} ms after the ejection; back-off 5 s)`);
+      figure(t, 'time from recovery to the first routed request', `${routedAt - recoveredAt} ms`);
+      await load.waitForMore(20);
+    } finally {
+      await load.stop();
+    }
+    assert.deepEqual(load.failures, [], 'no client error while the replica failed and recovered');
+    assert.ok(load.ok > 60);
+    const changes = stateChanges(gw, id).map((l) => `${l.from}->${l.to}`);
+    assert.deepEqual(changes, ['healthy->unhealthy', 'unhealthy->healthy'], 'each state change logged once');
+    const metrics = await gw.metrics();
+    assert.match(metrics, /fleetgate_replica_state_changes_total\{[^}]*to="unhealthy"[^}]*\} [1-9]/);
+    assert.match(metrics, /fleetgate_replicas\{[^}]*state="healthy"[^}]*\} 3/);
+  });
+
+  test('without traffic, active probes alone mark a dead replica unhealthy and a live one healthy again', async (t) => {
+    const b = fakes[1];
+    const id = (await replicaByUrl(gw, b.url)).id;
+    await waitForState(gw, b.url, 'healthy');
+    const logMark = gw.logs.length;
+    const failedAt = Date.now();
+    failEverything(b);
+    const down = await waitForStateLog(gw, id, 'unhealthy', { fromIndex: logMark, timeoutMs: 5000 });
+    const detected = Date.now() - failedAt;
+    figure(t, 'time for probes to detect a dead replica (interval 200ms, unhealthy_after 3)', `${detected} ms`);
+    assert.match(down.reason, /probe/);
+    assert.ok(detected >= 300, `3 failed probes 200 ms apart take at least ~400 ms, got ${detected} ms`);
+
+    const upAt = Date.now();
+    heal(b, { delayMs: 5 });
+    const up = await waitForStateLog(gw, id, 'healthy', { fromIndex: logMark, timeoutMs: 5000 });
+    figure(t, 'time for probes to prove a recovered replica (healthy_after 2)', `${Date.now() - upAt} ms`);
+    assert.match(up.reason, /probe/);
+    const before = served(b).length;
+    for (let i = 0; i < 6; ++i) {
+      assert.equal((await chat(gw, 'm')).status, 200);
+    }
+    assert.ok(served(b).length > before, 'the recovered replica gets traffic again');
+  });
+});
+
+describe('a phone that goes offline (connections refused)', () => {
+  const fakes = [];
+  let gw;
+
+  before(async () => {
+    for (const name of ['o1', 'o2', 'o3']) {
+      fakes.push(await startFakeReplica({ name, mode: { delayMs: 5 } }));
+    }
+    gw = await startGateway({
+      admin: { token_env: 'FG_IT_ADMIN_TOKEN' },
+      health: FAST_HEALTH,
+      models: [{ name: 'm', slots: 2, endpoints: fakes.map((f) => f.url) }],
+      routing: { retries: 2, queue_timeout: '10s' },
+      upstream: { connect_timeout: '1s' },
+    }, { env: TOKEN_ENV });
+  });
+
+  after(async () => {
+    await gw?.stop();
+    for (const f of fakes) {
+      await f.close();
+    }
+  });
+
+  test('is ejected at once and its traffic moves to the others with no client error', async (t) => {
+    const dead = fakes[0];
+    const id = (await replicaByUrl(gw, dead.url)).id;
+    const load = new Load(gw, 'm', { concurrency: 4 }).start();
+    try {
+      await load.waitForMore(20);
+      const logMark = gw.logs.length;
+      const offAt = Date.now();
+      await dead.close(); // the port now refuses connections
+      const down = await waitForStateLog(gw, id, 'unhealthy', { fromIndex: logMark, timeoutMs: 5000 });
+      figure(t, 'time to eject a dead phone (connection refused, under load)', `${Date.now() - offAt} ms (reason: ${down.reason})`);
+      await load.waitForMore(40);
+    } finally {
+      await load.stop();
+    }
+    assert.deepEqual(load.failures, [], 'no client error');
+    const r = await replicaByUrl(gw, dead.url);
+    assert.equal(r.state, 'unhealthy');
+    const metrics = await gw.metrics();
+    assert.match(metrics, /fleetgate_replicas\{[^}]*state="unhealthy"[^}]*\} 1/);
+  });
+});
+
+describe('a replica that hangs (accepts, never answers)', () => {
+  const fakes = [];
+  let hung;
+  let gw;
+
+  before(async () => {
+    for (const name of ['h1', 'h2', 'h3']) {
+      fakes.push(await startFakeReplica({ name, mode: { delayMs: 5 } }));
+    }
+    hung = fakes[0];
+    gw = await startGateway({
+      admin: { token_env: 'FG_IT_ADMIN_TOKEN' },
+      health: FAST_HEALTH,
+      models: [{ name: 'm', slots: 2, endpoints: fakes.map((f) => f.url) }],
+      routing: { retries: 2, queue_timeout: '10s' },
+      upstream: { first_byte_timeout: '1s', connect_timeout: '1s' },
+    }, { env: TOKEN_ENV });
+  });
+
+  after(async () => {
+    await gw?.stop();
+    for (const f of fakes) {
+      await f.close();
+    }
+  });
+
+  test('does not stall the fleet: requests keep succeeding through the others', async (t) => {
+    const id = (await replicaByUrl(gw, hung.url)).id;
+    const load = new Load(gw, 'm', { concurrency: 4 }).start();
+    let hungAt;
+    try {
+      await load.waitForMore(10);
+      const logMark = gw.logs.length;
+      hungAt = Date.now();
+      hangEverything(hung);
+      const down = await waitForStateLog(gw, id, 'unhealthy', { fromIndex: logMark, timeoutMs: 5000 });
+      figure(t, 'time to mark a hanging replica unhealthy', `${Date.now() - hungAt} ms (reason: ${down.reason})`);
+      await sleep(1200); // requests bound to it before that time out (first_byte_timeout 1s) and fail over
+      const count = served(hung).length;
+      const from = load.results.length;
+      await load.waitForMore(40);
+      const after = load.results.slice(from);
+      const slowest = Math.max(...after.map((r) => r.end - r.start));
+      figure(t, 'slowest request once the hanging replica is out', `${slowest} ms`);
+      assert.ok(slowest < 800, `requests are not held up by the hanging replica (slowest ${slowest} ms)`);
+      assert.equal(served(hung).length, count, 'no new request reaches the hanging replica');
+    } finally {
+      await load.stop();
+    }
+    assert.deepEqual(load.failures, [], 'every request succeeded');
+    const worst = Math.max(...load.results.filter((r) => r.start >= hungAt).map((r) => r.end - r.start));
+    assert.ok(worst < 2500, `no request waited much longer than first_byte_timeout (worst ${worst} ms)`);
+    // The gateway gave up on the hung requests (closed the connections) instead of keeping them.
+    await eventually(() => hung.inFlight === 0, { timeoutMs: 3000, what: 'hung requests closed by the gateway' });
+  });
+});
+
+describe('probes and in-flight work', () => {
+  let slow;
+  let other;
+  let solo; // the only replica of model "solo"
+  let gw;
+
+  before(async () => {
+    slow = await startFakeReplica({ name: 'slow' });
+    other = await startFakeReplica({ name: 'other' });
+    solo = await startFakeReplica({ name: 'solo' });
+    gw = await startGateway({
+      admin: { token_env: 'FG_IT_ADMIN_TOKEN' },
+      health: FAST_HEALTH,
+      models: [
+        { name: 'm', endpoints: [slow.url, other.url] },
+        { name: 'solo', endpoints: [{ url: solo.url, slots: 2 }] },
+      ],
+      routing: { retries: 0, queue_timeout: '10s' },
+      upstream: { first_byte_timeout: '15s' },
+    }, { env: TOKEN_ENV });
+  });
+
+  after(async () => {
+    await gw?.stop();
+    for (const f of [slow, other, solo]) {
+      await f?.close();
+    }
+  });
+
+  test('a phone whose probes time out mid-prompt goes unhealthy only after unhealthy_after, and its in-flight request is not cut', async () => {
+    const id = (await replicaByUrl(gw, slow.url)).id;
+    // One long request on `slow` (held until released); `other` is kept busy so the request goes to `slow`.
+    const pending = [];
+    for (let i = 0; i < 2; ++i) {
+      pending.push(chat(gw, 'm', { fake: { type: 'hold' }, i }));
+    }
+    await eventually(() => slow.inFlight === 1 && other.inFlight === 1, { what: 'one held request on each replica' });
+    const logMark = gw.logs.length;
+    setProbe(slow, { type: 'hang' }); // its probes now time out (the phone is "busy")
+    const down = await waitForStateLog(gw, id, 'unhealthy', { fromIndex: logMark, timeoutMs: 5000 });
+    assert.match(down.reason, /3/, `unhealthy after 3 failed probes: ${down.reason}`);
+    await sleep(300);
+    assert.equal(slow.inFlight, 1, 'the in-flight request is still open');
+    assert.equal(served(slow).filter((r) => r.closedEarly).length, 0, 'and was not cut');
+    setProbe(slow, null);
+    slow.release();
+    other.release();
+    const results = await Promise.all(pending);
+    assert.deepEqual(results.map((r) => r.status), [200, 200], 'both held requests complete');
+    await waitForStateLog(gw, id, 'healthy', { fromIndex: logMark, timeoutMs: 5000 });
+  });
+
+  test('the last healthy replica of a model is never ejected by traffic failures alone', async () => {
+    const id = (await replicaByUrl(gw, solo.url)).id;
+    const fails = [];
+    for (let i = 0; i < 6; ++i) {
+      // Only these requests fail (the fake answers 500 for bodies that ask it to); probes pass.
+      fails.push((await chat(gw, 'solo', { fake: FAIL_500 })).status);
+    }
+    assert.deepEqual(fails, [500, 500, 500, 500, 500, 500], 'the replica 500s reach the client (retries 0)');
+    const r = await replicaByUrl(gw, solo.url);
+    assert.equal(r.state, 'healthy', 'still healthy: it is the only one');
+    assert.ok(r.consecutive_failures >= 3, `failures are counted (${r.consecutive_failures})`);
+    assert.ok(r.failures >= 6, `failures counted in the replica view (${r.failures})`);
+    assert.equal(stateChanges(gw, id).length, 0, 'no state change');
+    assert.equal((await chat(gw, 'solo')).status, 200, 'and it serves the next good request');
+    assert.equal((await replicaByUrl(gw, solo.url)).consecutive_failures, 0, 'a success resets the streak');
+  });
+});
+
+describe('what counts as a failure', () => {
+  let p1; let p2;
+  let plain;
+  let gw;
+
+  before(async () => {
+    p1 = await startFakeReplica({ name: 'p1' });
+    p2 = await startFakeReplica({ name: 'p2' });
+    plain = await startFakeReplica({ name: 'plain' });
+    gw = await startGateway({
+      admin: { token_env: 'FG_IT_ADMIN_TOKEN' },
+      health: FAST_HEALTH,
+      models: [
+        { name: 'pair', endpoints: [p1.url, p2.url] },
+        { name: 'plain', health: { path: '/v1/models', unhealthy_after: 2 }, endpoints: [plain.url] },
+      ],
+      routing: { retries: 0, queue_timeout: '10s' },
+    }, { env: TOKEN_ENV });
+  });
+
+  after(async () => {
+    await gw?.stop();
+    for (const f of [p1, p2, plain]) {
+      await f?.close();
+    }
+  });
+
+  test('busy answers (429, 503) never eject a replica; 502s do', async () => {
+    for (const status of [429, 503]) {
+      const got = [];
+      for (let i = 0; i < 8; ++i) {
+        got.push((await chat(gw, 'pair', { fake: { type: 'status', status, headers: { 'Retry-After': '1' } } })).status);
+      }
+      assert.ok(got.every((s) => s === 503 || s === status), `busy answers reach the client: ${got}`);
+      for (const f of [p1, p2]) {
+        assert.equal((await replicaByUrl(gw, f.url)).state, 'healthy', `${status} x8: ${f.name} is busy, not failing`);
+      }
+    }
+    assert.equal(gw.logs.filter((l) => l.msg === 'replica state changed').length, 0);
+    // Real failures: the first replica to fail 3 times in a row is ejected; the other is then the
+    // last healthy one and stays.
+    for (let i = 0; i < 8; ++i) {
+      assert.equal((await chat(gw, 'pair', { fake: { type: 'status', status: 502 } })).status, 502);
+    }
+    const states = [];
+    for (const f of [p1, p2]) {
+      states.push((await replicaByUrl(gw, f.url)).state);
+    }
+    assert.deepEqual(states.sort(), ['healthy', 'unhealthy'], `one ejected, the last healthy one kept: ${states}`);
+    const ejection = gw.logs.find((l) => l.msg === 'replica state changed' && l.to === 'unhealthy');
+    assert.match(ejection.reason, /traffic/);
+  });
+
+  test("a model's own probe path is used, and probes never generate tokens", async () => {
+    await eventually(() => plain.probes.length >= 3, { what: 'probes of plain' });
+    assert.ok(plain.probes.every((p) => p.path === '/v1/models'), `probed paths: ${plain.probes.map((p) => p.path)}`);
+    assert.ok(p1.probes.length > 0 && p1.probes.every((p) => p.path === '/health'));
+    assert.equal(served(plain).length, 0, 'a probe is a GET, never a completion');
+    // Per-model unhealthy_after 2: two failed probes are enough.
+    const id = (await replicaByUrl(gw, plain.url)).id;
+    plain.setHealth(500);
+    const down = await waitForStateLog(gw, id, 'unhealthy', { timeoutMs: 5000 });
+    assert.match(down.reason, /2/, down.reason);
+    plain.setHealth(200);
+    await waitForStateLog(gw, id, 'healthy', { timeoutMs: 5000 });
+  });
+});

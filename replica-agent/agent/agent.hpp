@@ -1,0 +1,39 @@
+#pragma once
+
+#include <memory>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "common/net/server.hpp"
+#include "replica-agent/agent/context.hpp"
+#include "replica-agent/agent/options.hpp"
+
+namespace fg::agent {
+
+// The whole agent: owns the io_context (one thread), the listener and the shared state; handles
+// SIGTERM/SIGINT with a drain.
+class Agent {
+ public:
+  // Binds the listener. Throws std::runtime_error naming the address when it cannot.
+  explicit Agent(AgentOptions options);
+
+  // Serves until a signal's drain completes; returns the exit code (0).
+  int run();
+
+ private:
+  void begin_shutdown(int signal_number);
+  void wait_for_signal();
+
+  // Order matters: io_context's destructor destroys suspended connection coroutines, which still
+  // touch ctx_ (so it is destroyed after io_), while I/O objects go before io_.
+  std::unique_ptr<AgentContext> ctx_;
+  boost::asio::io_context io_;
+  std::unique_ptr<net::Listener> listener_;
+  boost::asio::signal_set signals_;
+  boost::asio::steady_timer drain_timer_;
+  bool shutting_down_ = false;
+};
+
+}  // namespace fg::agent

@@ -1,0 +1,403 @@
+#include "replica-agent/agent/session.hpp"
+
+#include <array>
+#include <chrono>
+#include <ctime>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/log/log.hpp"
+#include "common/net/http_io.hpp"
+#include "common/openai/errors.hpp"
+#include "common/openai/inspect.hpp"
+#include "replica-agent/agent/sim_answer.hpp"
+
+namespace fg::agent {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using namespace asio::experimental::awaitable_operators;
+
+namespace {
+
+constexpr std::size_t kHeaderLimit = 16 * 1024;
+constexpr std::uint64_t kBodyLimit = 8 * 1024 * 1024;
+constexpr auto kReadTimeout = std::chrono::seconds(30);
+constexpr auto kIdleTimeout = std::chrono::seconds(60);
+constexpr auto kReplyTimeout = std::chrono::seconds(10);
+// Bytes a client may pipeline while a request is answered before we stop reading (and so stop
+// noticing a disconnect) on that connection.
+constexpr std::size_t kPipelineCap = 64 * 1024;
+
+std::string new_request_id(std::mt19937_64& rng) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(16, '0');
+  auto bits = rng();
+  for (auto& c : id) {
+    c = kHex[bits & 0xf];
+    bits >>= 4;
+  }
+  return id;
+}
+
+bool valid_request_id(std::string_view id) {
+  if (id.empty() || id.size() > 64) {
+    return false;
+  }
+  for (char c : id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Built outside co_await expressions: GCC 12 cannot keep braced lists of string literals in a
+// coroutine frame.
+std::vector<net::Header> request_id_header(const std::string& request_id) {
+  std::vector<net::Header> headers;
+  headers.emplace_back("X-Request-Id", request_id);
+  return headers;
+}
+
+std::vector<net::Header> with_header(std::vector<net::Header> headers, std::string name,
+                                     std::string value) {
+  headers.emplace_back(std::move(name), std::move(value));
+  return headers;
+}
+
+// A whole response: a JSON body (or an OpenAI error) of known length.
+struct Reply {
+  unsigned status = 200;
+  std::string body;
+  std::vector<net::Header> headers;
+  std::string outcome = "ok";
+};
+
+Reply error_reply(unsigned status, const std::string& message, const std::string& code,
+                  const std::string& param = {}) {
+  Reply reply;
+  reply.status = status;
+  reply.body = openai::error_body(message, openai::error_type_for_status(static_cast<int>(status)),
+                                  code, param);
+  reply.outcome = code;
+  return reply;
+}
+
+Reply allow_only(const char* method, std::string_view path) {
+  Reply reply = error_reply(405, "use " + std::string(method) + " for " + std::string(path),
+                            "method_not_allowed");
+  reply.headers.emplace_back("Allow", method);
+  return reply;
+}
+
+Reply health_reply(const AgentContext& ctx) {
+  const bool draining = ctx.sessions.draining();
+  nlohmann::ordered_json body{
+      {"status", draining ? "draining" : "ok"},
+      {"model", ctx.options.model},
+      {"engine", "sim"},
+      {"profile", ctx.profile->name},
+      {"time_scale", ctx.options.time_scale},
+      {"slots_total", ctx.admission.total()},
+      {"slots_idle", ctx.admission.idle()},
+      {"agent_version", FLEETGATE_VERSION},
+      {"device", nlohmann::ordered_json::object()},
+  };
+  Reply reply;
+  reply.status = draining ? 503 : 200;
+  reply.body = body.dump();
+  return reply;
+}
+
+asio::awaitable<bool> send_reply(net::Conn* conn, Reply reply, bool keep_alive) {
+  conn->expires_after(kReplyTimeout);
+  auto bytes =
+      net::full_response(reply.status, "application/json", reply.body, reply.headers, keep_alive);
+  auto [ec, n] = co_await conn->write(asio::buffer(bytes));
+  co_return !ec;
+}
+
+// Completes only when the client is gone (EOF or error). Bytes a client pipelines meanwhile stay
+// in the buffer for the next request.
+asio::awaitable<void> watch_client(net::Conn* conn, boost::beast::flat_buffer* buffer) {
+  for (;;) {
+    if (buffer->size() >= kPipelineCap) {
+      asio::steady_timer forever(co_await asio::this_coro::executor,
+                                 asio::steady_timer::time_point::max());
+      co_await forever.async_wait(asio::as_tuple(asio::use_awaitable));
+      co_return;
+    }
+    auto [ec, n] = co_await conn->read_some(buffer->prepare(kPipelineCap - buffer->size()));
+    if (ec) {
+      co_return;
+    }
+    buffer->commit(n);
+  }
+}
+
+// The endpoint-specific field the simulator reads the prompt from must have the right type.
+std::optional<Reply> check_prompt_field(Endpoint endpoint, const nlohmann::json& body) {
+  if (endpoint == Endpoint::chat) {
+    auto messages = body.find("messages");
+    if (messages == body.end() || !messages->is_array() || messages->empty()) {
+      return error_reply(400, "'messages' must be a non-empty array", "invalid_request",
+                         "messages");
+    }
+    return std::nullopt;
+  }
+  auto prompt = body.find("prompt");
+  if (prompt == body.end() || !(prompt->is_string() || prompt->is_array())) {
+    return error_reply(400, "'prompt' must be a string or an array", "invalid_request", "prompt");
+  }
+  return std::nullopt;
+}
+
+// What one inference request did, for its log line.
+struct RequestRecord {
+  std::string request_id;
+  std::string endpoint;
+  unsigned status = 0;
+  std::string outcome;
+  std::optional<std::size_t> slot;
+  std::optional<sim::SimPlan> plan;
+  Clock::time_point start = Clock::now();
+};
+
+void log_request(const AgentContext& ctx, const RequestRecord& record) {
+  using nlohmann::json;
+  const auto* plan = record.plan ? &*record.plan : nullptr;
+  log::info("request",
+            {{"request_id", record.request_id},
+             {"endpoint", record.endpoint},
+             {"status", record.status},
+             {"outcome", record.outcome},
+             {"slot", record.slot ? json(*record.slot) : json(nullptr)},
+             {"slots_busy", ctx.admission.busy()},
+             {"prompt_tokens", plan ? json(plan->prompt_tokens) : json(nullptr)},
+             {"cached_tokens", plan ? json(plan->cached_tokens) : json(nullptr)},
+             {"completion_tokens", plan ? json(plan->completion_tokens) : json(nullptr)},
+             {"duration_ms",
+              std::chrono::duration<double, std::milli>(Clock::now() - record.start).count()}});
+}
+
+// Admits, plans and answers one completion request. Returns whether the connection may carry
+// another request.
+asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
+                                       boost::beast::flat_buffer* buffer,
+                                       const net::Request* request, Endpoint endpoint,
+                                       std::string request_id, bool keep_alive) {
+  RequestRecord record;
+  record.request_id = request_id;
+  record.endpoint = endpoint == Endpoint::chat ? "chat" : "completions";
+  auto refuse = [&](Reply reply) {
+    reply.headers = with_header(std::move(reply.headers), "X-Request-Id", request_id);
+    record.status = reply.status;
+    record.outcome = reply.outcome;
+    return reply;
+  };
+  std::optional<Reply> refusal;
+
+  std::optional<openai::RequestInfo> info;
+  nlohmann::json body;
+  if (ctx->sessions.draining()) {
+    refusal = refuse(
+        error_reply(503, "this replica is shutting down; retry on another", "shutting_down"));
+    refusal->headers.emplace_back("Retry-After", "1");
+  } else {
+    auto inspected =
+        openai::inspect_request((*request)[http::field::content_type], request->body());
+    if (auto* error = std::get_if<openai::InspectError>(&inspected)) {
+      refusal = refuse(error_reply(static_cast<unsigned>(error->status), error->message,
+                                   error->code, error->param));
+    } else {
+      info = std::get<openai::RequestInfo>(inspected);
+      // inspect_request accepted it, so it parses (and its depth is bounded).
+      body = nlohmann::json::parse(request->body(), nullptr, false);
+      if (info->model != ctx->options.model) {
+        refusal = refuse(error_reply(404,
+                                     "the model '" + info->model +
+                                         "' does not exist on this replica (it serves '" +
+                                         ctx->options.model + "')",
+                                     "model_not_found", "model"));
+      } else if (auto bad = check_prompt_field(endpoint, body)) {
+        refusal = refuse(std::move(*bad));
+      }
+    }
+  }
+  if (refusal) {
+    bool ok = co_await send_reply(conn, std::move(*refusal), keep_alive);
+    log_request(*ctx, record);
+    co_return (ok && keep_alive);
+  }
+
+  const std::string prompt = sim::extract_prompt_text(body);
+  auto guard = ctx->admission.try_acquire(prompt);
+  if (!guard) {
+    Reply busy = refuse(error_reply(503,
+                                    "all " + std::to_string(ctx->admission.total()) +
+                                        " slots of this replica are busy; retry later",
+                                    "slots_busy"));
+    busy.headers.emplace_back("Retry-After", "1");
+    bool ok = co_await send_reply(conn, std::move(busy), keep_alive);
+    log_request(*ctx, record);
+    co_return (ok && keep_alive);
+  }
+  record.slot = guard->slot();
+  record.start = Clock::now();
+  const std::size_t cached = ctx->admission.cached_tokens(*guard, prompt);
+  record.plan = sim::plan_request(*ctx->profile, ctx->sim, prompt, cached,
+                                  sim::requested_max_tokens(body), ctx->sim_rng);
+  const sim::SimPlan& plan = *record.plan;
+  if (plan.fail) {
+    guard.reset();
+    Reply failed =
+        refuse(error_reply(500, "simulated failure (--fail-rate); retry", "simulated_failure"));
+    bool ok = co_await send_reply(conn, std::move(failed), keep_alive);
+    log_request(*ctx, record);
+    co_return (ok && keep_alive);
+  }
+
+  ResponseMeta meta;
+  meta.endpoint = endpoint;
+  meta.id = make_response_id(endpoint, ctx->id_rng(), ctx->id_rng());
+  meta.created = static_cast<std::int64_t>(std::time(nullptr));
+  meta.model = ctx->options.model;
+  meta.include_usage = info->stream && info->include_usage;
+
+  AnswerInput input;
+  input.plan = &plan;
+  input.meta = &meta;
+  input.slot = &guard;
+  input.prompt = &prompt;
+  input.usage = Usage{plan.prompt_tokens, plan.cached_tokens, plan.completion_tokens};
+  input.stream = info->stream;
+  input.keep_alive = keep_alive;
+  input.headers = request_id_header(request_id);
+  input.start = record.start;
+  AnswerProgress progress;
+
+  // The client may vanish at any time, during prefill included: watch_client notices, and
+  // whichever branch ends first cancels the other, so the slot is freed at once.
+  conn->expires_never();
+  auto done = co_await (watch_client(conn, buffer) || run_sim_answer(ctx, conn, input, &progress));
+  const bool client_gone = done.index() == 0 || !progress.finished;
+  finish_slot(ctx, input, progress);
+  // 499 (nginx's "client closed request") when the client left before any response head.
+  record.status = info->stream || !client_gone ? 200 : 499;
+  record.outcome = client_gone ? "client_gone" : "ok";
+  log_request(*ctx, record);
+  co_return !client_gone && keep_alive;
+}
+
+// Routes one request; returns whether the connection may carry another.
+asio::awaitable<bool> handle_request(AgentContext* ctx, net::Conn* conn,
+                                     boost::beast::flat_buffer* buffer,
+                                     const net::Request* request) {
+  auto given_id = (*request)["X-Request-Id"];
+  std::string request_id =
+      valid_request_id(given_id) ? std::string(given_id) : new_request_id(ctx->id_rng);
+  const bool keep_alive = request->keep_alive() && !ctx->sessions.draining();
+  std::string_view target(request->target().data(), request->target().size());
+  std::string_view path = target.substr(0, target.find('?'));
+  const auto method = request->method();
+
+  Reply reply;
+  if (path == "/health") {
+    reply = method == http::verb::get ? health_reply(*ctx) : allow_only("GET", path);
+  } else if (path == "/v1/models") {
+    if (method == http::verb::get) {
+      reply.body = model_list(ctx->options.model);
+    } else {
+      reply = allow_only("GET", path);
+    }
+  } else if (path.substr(0, 11) == "/v1/models/") {
+    std::string id(path.substr(11));
+    if (method != http::verb::get) {
+      reply = allow_only("GET", path);
+    } else if (id == ctx->options.model) {
+      reply.body = model_object(id);
+    } else {
+      reply = error_reply(404, "the model '" + id + "' does not exist", "model_not_found");
+    }
+  } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
+    if (method != http::verb::post) {
+      reply = allow_only("POST", path);
+    } else {
+      Endpoint endpoint = path == "/v1/chat/completions" ? Endpoint::chat : Endpoint::completions;
+      co_return co_await handle_inference(ctx, conn, buffer, request, endpoint, request_id,
+                                          keep_alive);
+    }
+  } else {
+    reply = error_reply(404, "no route for " + std::string(path), "not_found");
+  }
+  reply.headers = with_header(std::move(reply.headers), "X-Request-Id", request_id);
+  bool ok = co_await send_reply(conn, std::move(reply), keep_alive);
+  co_return (ok && keep_alive);
+}
+
+}  // namespace
+
+asio::awaitable<void> run_session(AgentContext* ctx, std::unique_ptr<net::Conn> conn) {
+  struct Tracked {
+    SessionTracker* tracker;
+    std::uint64_t id;
+    ~Tracked() { tracker->remove(id); }
+  } tracked{&ctx->sessions, ctx->sessions.add(conn.get())};
+
+  net::RequestLimits limits;
+  limits.header_limit = kHeaderLimit;
+  limits.body_limit = kBodyLimit;
+  limits.timeout = kReadTimeout;
+  boost::beast::flat_buffer buffer(kBodyLimit + kHeaderLimit + kPipelineCap);
+
+  // A drain closes idle connections itself; a connection opened during a drain still reads its
+  // request so that it can be answered 503.
+  for (;;) {
+    net::Request request;
+    auto outcome = co_await net::read_request(*conn, buffer, limits, kIdleTimeout, request);
+    if (outcome == net::ReadOutcome::closed || outcome == net::ReadOutcome::timeout) {
+      break;
+    }
+    ctx->sessions.set_busy(tracked.id, true);
+    if (outcome != net::ReadOutcome::ok) {
+      Reply reply;
+      if (outcome == net::ReadOutcome::body_too_large) {
+        reply =
+            error_reply(413, "the request body exceeds " + std::to_string(kBodyLimit) + " bytes",
+                        "request_too_large");
+      } else if (outcome == net::ReadOutcome::header_too_large) {
+        reply = error_reply(431, "the request headers are too large", "headers_too_large");
+      } else {
+        reply = error_reply(400, "malformed HTTP request", "bad_request");
+      }
+      co_await send_reply(conn.get(), std::move(reply), false);
+      break;
+    }
+    bool again = co_await handle_request(ctx, conn.get(), &buffer, &request);
+    if (!again) {
+      break;
+    }
+    ctx->sessions.set_busy(tracked.id, false);
+  }
+  // Lingering close: half-close, then read what the client still sends until it closes too, so
+  // that unread input does not turn our last response into a reset. The connection no longer
+  // counts as busy, so a drain does not wait for this (it closes the connection instead).
+  co_await conn->shutdown();
+  ctx->sessions.set_busy(tracked.id, false);
+  std::array<char, 4096> sink;
+  conn->expires_after(std::chrono::seconds(2));
+  for (int i = 0; i < 64 && conn->is_open(); ++i) {
+    auto [ec, n] = co_await conn->read_some(asio::buffer(sink));
+    if (ec) {
+      break;
+    }
+  }
+  conn->close();
+}
+
+}  // namespace fg::agent

@@ -146,3 +146,20 @@ std::variant<RequestInfo, InspectError> inspect_request(std::string_view content
 }
 
 }  // namespace fg::openai
+
+namespace fg::openai {
+
+std::optional<std::string> with_stream_usage(std::string_view body) {
+  auto doc = nlohmann::ordered_json::parse(body, nullptr, false);
+  if (!doc.is_object()) {
+    return std::nullopt;
+  }
+  auto& options = doc["stream_options"];
+  if (!options.is_object()) {
+    options = nlohmann::ordered_json::object();
+  }
+  options["include_usage"] = true;
+  return doc.dump();
+}
+
+}  // namespace fg::openai

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -15,10 +16,10 @@ struct RequestInfo {
 
 // A request the gateway refuses before routing, as an HTTP status and an OpenAI error.
 struct InspectError {
-  int status = 400;    // 400 malformed, 415 bad content type
-  std::string code;    // e.g. "invalid_json", "missing_model", "unsupported_media_type"
-  std::string param;   // the offending field when there is one ("model", "stream")
-  std::string message; // says exactly what is wrong, never echoes the body
+  int status = 400;     // 400 malformed, 415 bad content type
+  std::string code;     // e.g. "invalid_json", "missing_model", "unsupported_media_type"
+  std::string param;    // the offending field when there is one ("model", "stream")
+  std::string message;  // says exactly what is wrong, never echoes the body
 };
 
 // Inspects a POST body for /v1/chat/completions, /v1/completions or /v1/embeddings.
@@ -27,5 +28,14 @@ struct InspectError {
 // a boolean; "stream_options", when present, an object.
 std::variant<RequestInfo, InspectError> inspect_request(std::string_view content_type,
                                                         std::string_view body);
+
+}  // namespace fg::openai
+
+namespace fg::openai {
+
+// The body with "stream_options": {"include_usage": true} set (other members unchanged), or
+// nullopt when it is not a JSON object. Used to learn token counts of streams whose client did
+// not ask for usage; the extra usage is stripped again on the way back (UsageStripper).
+std::optional<std::string> with_stream_usage(std::string_view body);
 
 }  // namespace fg::openai

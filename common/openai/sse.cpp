@@ -113,3 +113,83 @@ std::string sse_error(std::string_view message, std::string_view type, std::stri
 }
 
 }  // namespace fg::openai
+
+namespace fg::openai {
+
+namespace {
+
+// The end of the first event in text (just past its blank line), or npos.
+std::size_t event_end(std::string_view text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\n' && text[i] != '\r') {
+      continue;
+    }
+    // A line break; a second one right after it ends the event.
+    std::size_t j = i + 1;
+    if (text[i] == '\r' && j < text.size() && text[j] == '\n') {
+      ++j;
+    }
+    if (j < text.size() && (text[j] == '\n' || text[j] == '\r')) {
+      std::size_t k = j + 1;
+      if (text[j] == '\r' && k < text.size() && text[k] == '\n') {
+        ++k;
+      }
+      return k;
+    }
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+std::string UsageStripper::event_out(std::string_view event) {
+  std::string data;
+  SseParser parser([&](const SseEvent& e) { data = e.data; });
+  parser.feed(event);
+  if (data.find("\"usage\"") == std::string::npos) {
+    return std::string(event);
+  }
+  // The usage-only chunk: {"choices":[], "usage":{...}} (OpenAI, llama.cpp, fleetgate-agent).
+  const bool empty_choices = data.find("\"choices\":[]") != std::string::npos;
+  const bool usage_object = data.find("\"usage\":{") != std::string::npos;
+  if (empty_choices && usage_object) {
+    on_usage_(data);
+    return {};
+  }
+  // Other chunks carry "usage":null once usage was asked for. A quote inside a JSON string is
+  // escaped, so this exact text can only be the member itself.
+  std::string out(event);
+  for (std::string_view member : {",\"usage\":null", "\"usage\":null,"}) {
+    for (auto at = out.find(member); at != std::string::npos; at = out.find(member, at)) {
+      out.erase(at, member.size());
+    }
+  }
+  if (usage_object) {
+    on_usage_(data);
+  }
+  return out;
+}
+
+std::string UsageStripper::feed(std::string_view bytes) {
+  held_.append(bytes);
+  std::string out;
+  std::size_t start = 0;
+  for (;;) {
+    auto end = event_end(std::string_view(held_).substr(start));
+    if (end == std::string_view::npos) {
+      break;
+    }
+    out += event_out(std::string_view(held_).substr(start, end));
+    start += end;
+  }
+  held_.erase(0, start);
+  return out;
+}
+
+std::string UsageStripper::finish() {
+  std::string rest = std::move(held_);
+  held_.clear();
+  return rest;
+}
+
+}  // namespace fg::openai

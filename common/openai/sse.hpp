@@ -41,3 +41,27 @@ std::string sse_comment(std::string_view text);  // ": <text>\n\n"
 std::string sse_error(std::string_view message, std::string_view type, std::string_view code);
 
 }  // namespace fg::openai
+
+namespace fg::openai {
+
+// For a stream on which the gateway asked the replica for usage the client did not ask for:
+// passes events through unchanged except that it drops the usage-only event (empty "choices"
+// and a "usage" object) and the `"usage":null` members other chunks then carry, so the client
+// receives what it would have without stream_options.include_usage. Usage is handed to on_usage.
+// Works on whole events: bytes of an event still incomplete are held until its blank line.
+class UsageStripper {
+ public:
+  using UsageHandler = std::function<void(std::string_view data)>;
+  explicit UsageStripper(UsageHandler on_usage) : on_usage_(std::move(on_usage)) {}
+  // Returns the bytes to forward now.
+  std::string feed(std::string_view bytes);
+  // Whatever is still held (a stream that ended without a final blank line).
+  std::string finish();
+
+ private:
+  std::string event_out(std::string_view event);
+  UsageHandler on_usage_;
+  std::string held_;
+};
+
+}  // namespace fg::openai

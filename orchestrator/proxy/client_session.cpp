@@ -177,6 +177,17 @@ void report_outcome(ProxyContext* ctx, const fleet::Replica& replica, const Exch
 asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
                                  const openai::RequestInfo* info, ClientWriter* writer,
                                  RequestRecord* record) {
+  // Streams whose client did not ask for usage: ask the replica anyway (token counts for logs
+  // and metrics) and strip it again on the way back.
+  std::string usage_body;
+  bool strip_usage = false;
+  if (info->stream && !info->include_usage && ctx->config->metrics.request_stream_usage) {
+    if (auto body = openai::with_stream_usage(request->body())) {
+      usage_body = std::move(*body);
+      strip_usage = true;
+    }
+  }
+  const std::string* body = strip_usage ? &usage_body : &request->body();
   const auto& routing = ctx->config->routing;
   std::vector<ReplicaId> tried;
   ExchangeResult last;
@@ -221,7 +232,7 @@ asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
     record->replica = replica->name;
     ++replica->requests;
     const auto exchange_start = Clock::now();
-    last = co_await exchange(ctx, replica.get(), request, info, writer);
+    last = co_await exchange(ctx, replica.get(), request, body, info, strip_usage, writer);
     if (last.kind == ExchangeResult::Kind::done && last.completion_tokens) {
       // Recent throughput for the admin API: completion tokens over the whole exchange, smoothed.
       double secs = std::chrono::duration<double>(Clock::now() - exchange_start).count();
@@ -268,8 +279,10 @@ asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
   unsigned status = 502;
   std::string what;
   if (last.error == UpstreamError::busy || last.error == UpstreamError::http_5xx) {
-    status = last.upstream_status == 429 ? 503 : last.upstream_status;
-    if (status == 503) {
+    // Busy everywhere: 503 with Retry-After, as a phone says it. Broken: 502, the gateway's own.
+    const bool busy = last.upstream_status == 429 || last.upstream_status == 503;
+    status = busy ? 503 : 502;
+    if (busy) {
       extra.emplace_back("Retry-After", last.retry_after.empty() ? "5" : last.retry_after);
     }
     what = "answered HTTP " + std::to_string(last.upstream_status);

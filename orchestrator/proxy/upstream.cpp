@@ -23,8 +23,8 @@ constexpr std::uint64_t kMaxErrorBody = 1024 * 1024;
 constexpr auto kMaxPooledIdle = std::chrono::seconds(4);
 
 std::string upstream_head(const ProxyContext& ctx, const fleet::Replica& replica,
-                          const net::Request& request, const openai::RequestInfo& info,
-                          std::string_view request_id) {
+                          const net::Request& request, std::size_t body_size,
+                          const openai::RequestInfo& info, std::string_view request_id) {
   std::string head;
   head.reserve(512);
   head += "POST ";
@@ -33,7 +33,7 @@ std::string upstream_head(const ProxyContext& ctx, const fleet::Replica& replica
   head += " HTTP/1.1\r\nHost: ";
   head += replica.url.host_header();
   head += "\r\nContent-Type: application/json\r\nContent-Length: ";
-  head += std::to_string(request.body().size());
+  head += std::to_string(body_size);
   head += "\r\nAccept: ";
   head += info.stream ? "text/event-stream" : "application/json";
   if (!ctx.upstream_authorization.empty()) {
@@ -161,11 +161,13 @@ std::string_view to_string(UpstreamError e) {
 }
 
 asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, fleet::Replica* replica,
-                                         const net::Request* request,
-                                         const openai::RequestInfo* info, ClientWriter* writer) {
+                                         const net::Request* request, const std::string* body,
+                                         const openai::RequestInfo* info, bool strip_usage,
+                                         ClientWriter* writer) {
   const auto& up = ctx->config->upstream;
   ExchangeResult result;
-  std::string head = upstream_head(*ctx, *replica, *request, *info, writer->request_id());
+  std::string head =
+      upstream_head(*ctx, *replica, *request, body->size(), *info, writer->request_id());
 
   net::ResponseParser parser;
   boost::beast::flat_buffer buffer;
@@ -194,7 +196,7 @@ asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, fleet::Replica* repl
       conn = std::move(connected.conn);
     }
     conn->expires_after(up.idle_timeout);
-    auto [wec, n] = co_await conn->write(asio::buffer(head), asio::buffer(request->body()));
+    auto [wec, n] = co_await conn->write(asio::buffer(head), asio::buffer(*body));
     if (wec) {
       conn.reset();
       if (reused) {
@@ -310,11 +312,16 @@ asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, fleet::Replica* repl
   bool relayed = false;
   openai::SseParser sse(
       [&](const openai::SseEvent& event) { scan_usage_text(event.data, result); });
+  openai::UsageStripper stripper([&](std::string_view data) { scan_usage_text(data, result); });
   for (;;) {
     std::string piece = parser.take_body();
     if (!piece.empty()) {
-      sse.feed(piece);
       relayed = true;
+      if (strip_usage) {
+        piece = stripper.feed(piece);
+      } else {
+        sse.feed(piece);
+      }
       if (!co_await writer->send_chunk(std::move(piece))) {
         result.kind = ExchangeResult::Kind::client_gone;
         co_return result;
@@ -330,6 +337,9 @@ asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, fleet::Replica* repl
         co_return result;
       }
       std::string piece_left = parser.take_body();
+      if (strip_usage) {
+        piece_left = stripper.feed(piece_left) + stripper.finish();
+      }
       if (!piece_left.empty()) {
         co_await writer->send_chunk(std::move(piece_left));
       }
@@ -338,6 +348,13 @@ asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, fleet::Replica* repl
                                       std::string(to_string(result.error)) + ")",
                                   "upstream_error");
       result.kind = ExchangeResult::Kind::failed_after_content;
+      co_return result;
+    }
+  }
+  if (strip_usage) {
+    std::string rest = stripper.finish();
+    if (!rest.empty() && !co_await writer->send_chunk(std::move(rest))) {
+      result.kind = ExchangeResult::Kind::client_gone;
       co_return result;
     }
   }

@@ -37,9 +37,12 @@ struct ExchangeResult {
 // One attempt: sends the request to the replica (pooled connection or a new one) and relays the
 // answer through writer: streamed chunk by chunk for "stream": true, whole otherwise (a
 // non-streamed answer is a short JSON document; holding it lets a failure mid-body be retried).
+// body is what goes to the replica (the client's, or with stream usage requested); with
+// strip_usage the usage the client did not ask for is removed from the relayed stream.
 boost::asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, fleet::Replica* replica,
                                                 const net::Request* request,
-                                                const openai::RequestInfo* info,
+                                                const std::string* body,
+                                                const openai::RequestInfo* info, bool strip_usage,
                                                 ClientWriter* writer);
 
 }  // namespace fg::proxy

@@ -239,3 +239,29 @@ TEST(InspectRequest, InvalidJsonMessageGivesOffset) {
 
 }  // namespace
 }  // namespace fg::openai
+
+namespace fg::openai {
+namespace {
+
+TEST(InspectStreamUsage, SetsIncludeUsageAndKeepsTheRest) {
+  auto out = with_stream_usage(
+      R"({"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_TRUE(out.has_value());
+  auto info = std::get<RequestInfo>(inspect_request("application/json", *out));
+  EXPECT_TRUE(info.include_usage);
+  EXPECT_EQ(info.model, "m");
+  EXPECT_NE(out->find(R"("messages":[{"role":"user","content":"hi"}])"), std::string::npos);
+  // Member order is kept: "model" still comes first.
+  EXPECT_EQ(out->find(R"({"model":"m")"), 0u);
+}
+
+TEST(InspectStreamUsage, OverridesAFalseIncludeUsageAndRefusesNonObjects) {
+  auto out = with_stream_usage(R"({"model":"m","stream_options":{"include_usage":false,"x":1}})");
+  ASSERT_TRUE(out.has_value());
+  EXPECT_NE(out->find(R"("stream_options":{"include_usage":true,"x":1})"), std::string::npos);
+  EXPECT_FALSE(with_stream_usage("[1,2]").has_value());
+  EXPECT_FALSE(with_stream_usage("{oops").has_value());
+}
+
+}  // namespace
+}  // namespace fg::openai

@@ -307,3 +307,62 @@ TEST(SseWriter, ErrorWithEmptyCodeHasNullCode) {
 
 }  // namespace
 }  // namespace fg::openai
+
+namespace fg::openai {
+namespace {
+
+constexpr std::string_view kStream =
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"RISK\"}}],"
+    "\"usage\":null}\n\n"
+    ": keep-alive\n\n"
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],"
+    "\"usage\":null}\n\n"
+    "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,"
+    "\"completion_tokens\":2}}\n\n"
+    "data: [DONE]\n\n";
+
+constexpr std::string_view kExpected =
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"RISK\"}}]}\n\n"
+    ": keep-alive\n\n"
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}"
+    "\n\n"
+    "data: [DONE]\n\n";
+
+TEST(SseUsageStripper, DropsTheUsageChunkAndNullMembers) {
+  std::vector<std::string> usage;
+  UsageStripper stripper([&](std::string_view d) { usage.emplace_back(d); });
+  std::string out = stripper.feed(kStream) + stripper.finish();
+  EXPECT_EQ(out, kExpected);
+  ASSERT_EQ(usage.size(), 1u);
+  EXPECT_NE(usage[0].find("\"completion_tokens\":2"), std::string::npos);
+}
+
+TEST(SseUsageStripper, SameResultWhateverTheSplit) {
+  for (std::size_t cut = 0; cut <= kStream.size(); ++cut) {
+    int seen = 0;
+    UsageStripper stripper([&](std::string_view) { ++seen; });
+    std::string out = stripper.feed(kStream.substr(0, cut));
+    out += stripper.feed(kStream.substr(cut));
+    out += stripper.finish();
+    ASSERT_EQ(out, kExpected) << "split at " << cut;
+    ASSERT_EQ(seen, 1);
+  }
+}
+
+TEST(SseUsageStripper, HoldsOnlyAnIncompleteEvent) {
+  UsageStripper stripper([](std::string_view) {});
+  EXPECT_EQ(stripper.feed("data: {\"a\":1}\n\ndata: {\"b\""), "data: {\"a\":1}\n\n");
+  EXPECT_EQ(stripper.feed(":2}\r\n\r\n"), "data: {\"b\":2}\r\n\r\n");
+  EXPECT_EQ(stripper.feed("data: tail"), "");
+  EXPECT_EQ(stripper.finish(), "data: tail");
+}
+
+TEST(SseUsageStripper, ContentMentioningUsageIsUntouched) {
+  UsageStripper stripper([](std::string_view) { FAIL() << "no usage here"; });
+  std::string_view event =
+      "data: {\"choices\":[{\"delta\":{\"content\":\"the \\\"usage\\\":null field\"}}]}\n\n";
+  EXPECT_EQ(stripper.feed(event), event);
+}
+
+}  // namespace
+}  // namespace fg::openai

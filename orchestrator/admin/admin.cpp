@@ -46,10 +46,13 @@ Reply route_api(AdminContext& ctx, const net::Request& request, std::string_view
   const auto auth = request[http::field::authorization];
   constexpr std::string_view kReplicas = "/admin/v1/replicas";
 
-  if (path == "/admin/v1/replicas/register" ||
-      (path.size() > kReplicas.size() + 1 &&
-       path.substr(0, kReplicas.size() + 1) == "/admin/v1/replicas/" && path.size() >= 10 &&
-       path.substr(path.size() - 10) == "/heartbeat")) {
+  auto ends_with = [&](std::string_view suffix) {
+    return path.size() > kReplicas.size() + 1 + suffix.size() &&
+           path.substr(0, kReplicas.size() + 1) == "/admin/v1/replicas/" &&
+           path.substr(path.size() - suffix.size()) == suffix;
+  };
+  if (path == "/admin/v1/replicas/register" || ends_with("/heartbeat") ||
+      ends_with("/deregister")) {
     if (method != http::verb::post) {
       return error_reply(405, "use POST", "method_not_allowed");
     }
@@ -66,8 +69,13 @@ Reply route_api(AdminContext& ctx, const net::Request& request, std::string_view
       auto answer = ctx.fleet->register_replica(body);
       return json_reply(answer.status, answer.body);
     }
-    std::string id(path.substr(kReplicas.size() + 1, path.size() - kReplicas.size() - 1 -
-                                                         std::string_view("/heartbeat").size()));
+    std::string_view rest = path.substr(kReplicas.size() + 1);
+    std::string id(rest.substr(0, rest.find('/')));
+    if (ends_with("/deregister")) {
+      // An agent leaving (SIGTERM): drained, then removed once its requests are done.
+      auto answer = ctx.fleet->deregister(id);
+      return json_reply(answer.status, answer.body);
+    }
     auto answer = ctx.fleet->heartbeat(id);
     return json_reply(answer.status, answer.body);
   }

@@ -72,6 +72,7 @@ health::Thresholds FleetManager::thresholds_for(const std::string& model) const 
 void FleetManager::start() {
   for (const auto& model : config_->models) {
     scheduler_.add_model(model.name);
+    metrics_.declare_model(model.name);
     models_.insert(model.name);
     for (const auto& endpoint : model.endpoints) {
       // The operator vouched for static endpoints: they serve at once, probes keep watching.
@@ -398,6 +399,15 @@ FleetManager::Answer FleetManager::heartbeat(const std::string& name) {
   return {200, {{"id", replica->name}, {"state", health::to_string(tracker_.state(replica->id))}}};
 }
 
+FleetManager::Answer FleetManager::deregister(const std::string& name) {
+  auto replica = by_name(name);
+  if (!replica || !replica->registered || pending_removal(replica->id)) {
+    return error_answer(404, "no registered replica " + name, "replica_not_found");
+  }
+  log::info("replica deregistered", {{"replica", replica->name}, {"model", replica->model}});
+  return remove(name);
+}
+
 FleetManager::Answer FleetManager::drain(const std::string& name) {
   auto replica = by_name(name);
   if (!replica) {
@@ -502,6 +512,7 @@ void FleetManager::reload() {
   for (const auto& model : config_->models) {
     models.insert(model.name);
     scheduler_.add_model(model.name);
+    metrics_.declare_model(model.name);
     for (const auto& endpoint : model.endpoints) {
       wanted[endpoint.url.to_string()] = {model.name, endpoint.slots};
     }

@@ -58,6 +58,8 @@ class FleetManager {
   // POST /admin/v1/replicas/register (token already checked).
   Answer register_replica(const nlohmann::json& request);
   Answer heartbeat(const std::string& name);
+  // An agent leaving: only replicas that registered may deregister.
+  Answer deregister(const std::string& name);
   Answer drain(const std::string& name);
   Answer undrain(const std::string& name);
   Answer remove(const std::string& name);

@@ -207,6 +207,25 @@ void remove_series(prometheus::Family<T>& family, const prometheus::Labels& labe
 }
 }  // namespace
 
+void Metrics::declare_model(const std::string& model) {
+  for (const char* reason : {"full", "timeout", "client_gone"}) {
+    queue_rejections_.Add({{"model", model}, {"reason", reason}});
+  }
+  for (const char* kind : {"connect", "tls", "timeout", "http_5xx", "busy", "reset", "protocol"}) {
+    upstream_errors_.Add({{"model", model}, {"kind", kind}});
+  }
+  for (const char* kind : {"prompt", "completion"}) {
+    tokens_.Add({{"model", model}, {"kind", kind}});
+  }
+  for (const char* to : {"joining", "healthy", "unhealthy", "draining", "gone"}) {
+    state_changes_.Add({{"model", model}, {"to", to}});
+  }
+  retries_.Add({{"model", model}});
+  duration_.Add({{"model", model}}, latency_buckets());
+  ttfb_.Add({{"model", model}}, latency_buckets());
+  queue_wait_.Add({{"model", model}}, latency_buckets());
+}
+
 void Metrics::forget_model(const std::string& model) {
   remove_series(queue_depth_, {{"model", model}});
   remove_series(replicas_desired_, {{"model", model}});

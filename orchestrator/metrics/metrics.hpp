@@ -42,6 +42,9 @@ class Metrics {
                        const std::string& outcome);
   void set_replica(const std::string& model, const std::string& replica, double in_flight,
                    double tokens_per_second);
+  // Creates a configured model's series at zero, so that dashboards show 0 rather than "no
+  // data" before the first event and rate() sees the first increment.
+  void declare_model(const std::string& model);
   // Drops the model-level gauges of a model that left the configuration.
   void forget_model(const std::string& model);
   // Drops every series of a replica that left the fleet.

@@ -407,7 +407,8 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
   auto inspected = openai::inspect_request((*request)[http::field::content_type], request->body());
   if (auto* error = std::get_if<openai::InspectError>(&inspected)) {
     record.outcome = "bad_request";
-    co_await writer.send_error(static_cast<unsigned>(error->status), error->message, error->code);
+    co_await writer.send_error(static_cast<unsigned>(error->status), error->message, error->code,
+                               {}, error->param);
     log_request(ctx, writer, record, start);
     co_return finish();
   }

@@ -58,11 +58,12 @@ asio::awaitable<bool> ClientWriter::send_full(unsigned status, std::string conte
 }
 
 asio::awaitable<bool> ClientWriter::send_error(unsigned status, std::string message,
-                                               std::string code, std::vector<net::Header> extra) {
+                                               std::string code, std::vector<net::Header> extra,
+                                               std::string param) {
   auto type = std::string(openai::error_type_for_status(status));
   if (!head_sent_) {
     co_return co_await send_full(status, "application/json",
-                                 openai::error_body(message, type, code), std::move(extra));
+                                 openai::error_body(message, type, code, param), std::move(extra));
   }
   if (!streaming_ || finished_) {
     co_return false;

@@ -38,7 +38,8 @@ class ClientWriter {
   // An OpenAI-style error: an HTTP response when nothing was sent yet, otherwise an SSE error
   // event that ends the stream.
   boost::asio::awaitable<bool> send_error(unsigned status, std::string message, std::string code,
-                                          std::vector<net::Header> extra = {});
+                                          std::vector<net::Header> extra = {},
+                                          std::string param = {});
   // Starts a chunked event stream.
   boost::asio::awaitable<bool> begin_stream(unsigned status, std::string content_type);
   boost::asio::awaitable<bool> send_chunk(std::string data);

@@ -280,7 +280,7 @@ describe('probes and in-flight work', () => {
       // Only these requests fail (the fake answers 500 for bodies that ask it to); probes pass.
       fails.push((await chat(gw, 'solo', { fake: FAIL_500 })).status);
     }
-    assert.deepEqual(fails, [500, 500, 500, 500, 500, 500], 'the replica 500s reach the client (retries 0)');
+    assert.deepEqual(fails, [502, 502, 502, 502, 502, 502], 'each replica 500 ends in a 502 from the gateway (retries 0)');
     const r = await replicaByUrl(gw, solo.url);
     assert.equal(r.state, 'healthy', 'still healthy: it is the only one');
     assert.ok(r.consecutive_failures >= 3, `failures are counted (${r.consecutive_failures})`);

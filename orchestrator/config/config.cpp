@@ -759,7 +759,7 @@ class Parser {
   std::map<std::string, std::string> endpoint_urls_;  // normalised URL -> where first listed
   int server_listen_line_ = 0;                        // 0 = not written in the file
   int admin_listen_line_ = 0;
-  Section global_health_{"health"};  // the top-level health section; empty when absent
+  Section global_health_{"health", 1, {}, {}};  // the top-level health section; empty if absent
 };
 
 }  // namespace

@@ -6,7 +6,9 @@ std::shared_ptr<Replica> Registry::add(const std::string& model, const net::Url&
                                        std::uint32_t slots) {
   auto replica = std::make_shared<Replica>();
   replica->id = next_id_++;
-  replica->name = "r" + std::to_string(replica->id);
+  // Appended rather than "r" + to_string(): GCC 12 warns falsely (-Wstringop-overflow) on that.
+  replica->name = "r";
+  replica->name += std::to_string(replica->id);
   replica->model = model;
   replica->url = url;
   replica->slots = slots;

@@ -1,5 +1,6 @@
-// fleetgate-agent: the per-phone sidecar. Serves one phone's OpenAI-compatible API; for now with
-// the `sim` engine, a phone simulator. Wiring only.
+// fleetgate-agent: the per-phone sidecar. Serves one phone's OpenAI-compatible API (a simulated
+// phone, or a local llama.cpp / OpenAI-compatible engine), enforces its slots and registers it
+// with a gateway. Wiring only.
 #include <exception>
 #include <iostream>
 #include <string>
@@ -7,19 +8,19 @@
 
 #include "common/log/log.hpp"
 #include "replica-agent/agent/agent.hpp"
-#include "replica-agent/agent/options.hpp"
+#include "replica-agent/config/agent_config.hpp"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  auto parsed = fg::agent::parse_args(args);
+  auto parsed = fg::agent::parse_command_line(args, FLEETGATE_VERSION);
   if (auto* exit = std::get_if<fg::agent::CliExit>(&parsed)) {
     (exit->code == 0 ? std::cout : std::cerr) << exit->text;
     return exit->code;
   }
-  auto options = std::get<fg::agent::AgentOptions>(std::move(parsed));
-  fg::log::set_level(options.log_level);
+  auto invocation = std::get<fg::agent::Invocation>(std::move(parsed));
+  fg::log::set_level(invocation.config.log_level);
   try {
-    fg::agent::Agent agent(std::move(options));
+    fg::agent::Agent agent(std::move(invocation.config));
     return agent.run();
   } catch (const std::exception& e) {
     fg::log::error("cannot start", {{"error", e.what()}});

@@ -55,6 +55,17 @@ class Admission {
     return SlotGuard(this, *slot);
   }
 
+  // Changes the number of slots (a proxied engine's, once known). Only while none is taken:
+  // returns false and changes nothing otherwise.
+  bool resize(std::size_t slots) {
+    if (busy_count_ != 0 || slots == 0) {
+      return false;
+    }
+    cache_ = sim::SlotCache(slots);
+    busy_.assign(slots, false);
+    return true;
+  }
+
   std::size_t cached_tokens(const SlotGuard& guard, std::string_view prompt) const {
     return cache_.cached_prefix_tokens(guard.slot(), prompt);
   }

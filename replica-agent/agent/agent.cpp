@@ -1,10 +1,13 @@
 #include "replica-agent/agent/agent.hpp"
 
 #include <csignal>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "common/log/log.hpp"
 #include "replica-agent/agent/session.hpp"
+#include "replica-agent/engines/engine_monitor.hpp"
+#include "replica-agent/registration/registrar.hpp"
 
 namespace fg::agent {
 
@@ -17,21 +20,68 @@ asio::awaitable<void> serve_connection(AgentContext* ctx, std::unique_ptr<net::C
   return run_session(ctx, std::move(conn));
 }
 
+// The value of a variable a key names; empty or unset is a start-up error naming the key.
+std::string required_env(const std::string& variable, const char* key) {
+  const char* value = std::getenv(variable.c_str());
+  if (value == nullptr || *value == '\0') {
+    throw std::runtime_error(std::string(key) + ": the environment variable " + variable +
+                             " is not set or empty");
+  }
+  return value;
+}
+
+std::size_t initial_slots(const AgentConfig& config, const sim::SimProfile* profile) {
+  if (config.slots) {
+    return *config.slots;
+  }
+  // A proxied engine's slots come from its /props once it answers; 1 until then.
+  return profile != nullptr ? profile->slots : 1;
+}
+
 }  // namespace
 
-Agent::Agent(AgentOptions options) : signals_(io_, SIGTERM, SIGINT), drain_timer_(io_) {
-  const sim::SimProfile* profile = sim::find_profile(options.profile);
-  if (profile == nullptr) {
-    throw std::runtime_error("unknown sim profile '" + options.profile + "'");
+Agent::Agent(AgentConfig config) : signals_(io_, SIGTERM, SIGINT), drain_timer_(io_) {
+  const sim::SimProfile* profile = nullptr;
+  if (config.engine.kind == EngineKind::sim) {
+    profile = sim::find_profile(config.engine.profile);
+    if (profile == nullptr) {
+      throw std::runtime_error("unknown sim profile '" + config.engine.profile + "'");
+    }
   }
-  const std::size_t slots = options.slots.value_or(profile->slots);
-  ctx_ = std::make_unique<AgentContext>(std::move(options), profile, slots);
+  const std::size_t slots = initial_slots(config, profile);
+  ctx_ = std::make_unique<AgentContext>(std::move(config), profile, slots);
   AgentContext* ctx = ctx_.get();
+  const AgentConfig& cfg = ctx->config;
+  if (!cfg.api_key_env.empty()) {
+    ctx->api_key = required_env(cfg.api_key_env, "api_key_env");
+  }
+  std::string registration_token;
+  if (cfg.gateway.enabled()) {
+    registration_token = required_env(cfg.gateway.token_env, "gateway.token_env");
+  }
+  ctx->device = read_device_facts();
+  const bool engine_https = cfg.engine.kind != EngineKind::sim && cfg.engine.url.tls();
+  if (engine_https || cfg.gateway.url.rfind("https:", 0) == 0) {
+    ctx->client_tls = net::make_client_tls_context("");
+  }
+  std::shared_ptr<asio::ssl::context> server_tls;
+  if (cfg.tls.enabled()) {
+    server_tls = net::make_server_tls_context(cfg.tls.cert, cfg.tls.key);
+  }
   listener_ = std::make_unique<net::Listener>(
-      io_.get_executor(), ctx->options.listen, nullptr,
+      io_.get_executor(), cfg.listen, server_tls,
       [ctx](std::unique_ptr<net::Conn> conn) { return serve_connection(ctx, std::move(conn)); },
       "agent");
+  if (cfg.engine.kind != EngineKind::sim) {
+    engine_ = std::make_unique<EngineMonitor>(io_.get_executor(), ctx);
+  }
+  if (cfg.gateway.enabled()) {
+    registrar_ =
+        std::make_unique<Registrar>(io_.get_executor(), ctx, std::move(registration_token));
+  }
 }
+
+Agent::~Agent() = default;
 
 void Agent::wait_for_signal() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
@@ -45,6 +95,9 @@ void Agent::begin_shutdown(int signal_number) {
   if (shutting_down_) {
     log::warn("second signal: stopping now", {{"signal", signal_number}});
     ctx_->sessions.close_all();
+    if (engine_) {
+      engine_->stop();
+    }
     io_.stop();
     return;
   }
@@ -54,8 +107,8 @@ void Agent::begin_shutdown(int signal_number) {
   log::info("shutting down: finishing in-flight requests",
             {{"signal", signal_number},
              {"in_flight", ctx_->sessions.busy()},
-             {"drain_timeout_ms", ctx_->options.drain_timeout.count()}});
-  drain_timer_.expires_after(ctx_->options.drain_timeout);
+             {"drain_timeout_ms", ctx_->config.drain_timeout.count()}});
+  drain_timer_.expires_after(ctx_->config.drain_timeout);
   drain_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec) {
       return;
@@ -63,33 +116,65 @@ void Agent::begin_shutdown(int signal_number) {
     log::warn("drain deadline passed: closing the remaining connections",
               {{"in_flight", ctx_->sessions.busy()}});
     ctx_->sessions.close_all();
-    io_.stop();
+    finish();
   });
   wait_for_signal();
   ctx_->sessions.begin_drain([this] {
     log::info("drained: every request finished");
-    listener_->stop();
-    drain_timer_.cancel();
-    io_.stop();
+    finish();
   });
+}
+
+void Agent::finish() {
+  if (finishing_) {
+    return;
+  }
+  finishing_ = true;
+  listener_->stop();
+  drain_timer_.cancel();
+  if (engine_) {
+    engine_->stop();
+  }
+  if (registrar_) {
+    registrar_->stop_and_deregister([this] { io_.stop(); });
+  } else {
+    io_.stop();
+  }
 }
 
 int Agent::run() {
   listener_->start();
-  const auto& options = ctx_->options;
+  const auto& cfg = ctx_->config;
+  nlohmann::json profile = ctx_->profile ? nlohmann::json(ctx_->profile->name) : nullptr;
+  nlohmann::json time_scale = ctx_->profile ? nlohmann::json(cfg.engine.time_scale) : nullptr;
+  nlohmann::json engine_url =
+      ctx_->profile ? nlohmann::json(nullptr) : nlohmann::json(cfg.engine.url.to_string());
   log::info("listening",
             {{"listener", "agent"},
-             {"address", net::HostPort{options.listen.host, listener_->port()}.to_string()},
-             {"model", options.model},
-             {"engine", "sim"},
-             {"profile", ctx_->profile->name},
+             {"address", net::HostPort{cfg.listen.host, listener_->port()}.to_string()},
+             {"tls", cfg.tls.enabled()},
+             {"model", cfg.model},
+             {"engine", to_string(cfg.engine.kind)},
+             {"profile", profile},
+             {"time_scale", time_scale},
+             {"engine_url", engine_url},
              {"slots", ctx_->admission.total()},
-             {"time_scale", options.time_scale}});
+             {"api_key", !ctx_->api_key.empty()},
+             {"gateway", cfg.gateway.enabled() ? cfg.gateway.url : ""}});
+  if (engine_) {
+    engine_->start();
+  }
+  if (registrar_) {
+    registrar_->start();
+  }
   wait_for_signal();
   io_.run();
   // Connections still open (drain deadline, second signal) are destroyed with io_; they must not
   // call back into the listener then.
   ctx_->sessions.forget_drain_callback();
+  if (engine_) {
+    engine_->stop();
+  }
   log::info("stopped");
   return 0;
 }

@@ -8,16 +8,21 @@
 
 #include "common/net/server.hpp"
 #include "replica-agent/agent/context.hpp"
-#include "replica-agent/agent/options.hpp"
+#include "replica-agent/config/agent_config.hpp"
 
 namespace fg::agent {
 
-// The whole agent: owns the io_context (one thread), the listener and the shared state; handles
-// SIGTERM/SIGINT with a drain.
+class Registrar;
+class EngineMonitor;
+
+// The whole agent: owns the io_context (one thread), the listener, the shared state, the engine
+// monitor and the registration with a gateway; handles SIGTERM/SIGINT with a drain.
 class Agent {
  public:
-  // Binds the listener. Throws std::runtime_error naming the address when it cannot.
-  explicit Agent(AgentOptions options);
+  // Binds the listener and checks the environment (TLS files, key variables). Throws
+  // std::runtime_error naming the problem when it cannot start.
+  explicit Agent(AgentConfig config);
+  ~Agent();
 
   // Serves until a signal's drain completes; returns the exit code (0).
   int run();
@@ -25,15 +30,20 @@ class Agent {
  private:
   void begin_shutdown(int signal_number);
   void wait_for_signal();
+  // After the drain: stop the engine, deregister, stop the io_context.
+  void finish();
 
   // Order matters: io_context's destructor destroys suspended connection coroutines, which still
   // touch ctx_ (so it is destroyed after io_), while I/O objects go before io_.
   std::unique_ptr<AgentContext> ctx_;
   boost::asio::io_context io_;
   std::unique_ptr<net::Listener> listener_;
+  std::unique_ptr<EngineMonitor> engine_;
+  std::unique_ptr<Registrar> registrar_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer drain_timer_;
   bool shutting_down_ = false;
+  bool finishing_ = false;
 };
 
 }  // namespace fg::agent

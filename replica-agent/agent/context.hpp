@@ -1,35 +1,50 @@
 #pragma once
 
+#include <memory>
 #include <random>
+#include <string>
+
+#include <boost/asio/ssl/context.hpp>
 
 #include "replica-agent/agent/admission.hpp"
-#include "replica-agent/agent/options.hpp"
 #include "replica-agent/agent/sessions.hpp"
+#include "replica-agent/config/agent_config.hpp"
 #include "replica-agent/engines/sim_model.hpp"
+#include "replica-agent/metrics/agent_metrics.hpp"
+#include "replica-agent/registration/device.hpp"
 
 namespace fg::agent {
 
 // The state one agent's connections share. One io_context thread: no locks.
 struct AgentContext {
-  AgentContext(AgentOptions opts, const sim::SimProfile* sim_profile, std::size_t slots)
-      : options(std::move(opts)),
+  AgentContext(AgentConfig cfg, const sim::SimProfile* sim_profile, std::size_t slots)
+      : config(std::move(cfg)),
         profile(sim_profile),
-        sim_rng(options.seed),
+        sim_rng(config.engine.seed),
         id_rng(std::random_device{}()),
-        admission(slots) {
-    sim.time_scale = options.time_scale;
-    sim.jitter = options.jitter;
-    sim.fail_rate = options.fail_rate;
-    sim.seed = options.seed;
+        admission(slots),
+        engine_ready(config.engine.kind == EngineKind::sim) {
+    sim.time_scale = config.engine.time_scale;
+    sim.jitter = config.engine.jitter;
+    sim.fail_rate = config.engine.fail_rate;
+    sim.seed = config.engine.seed;
   }
 
-  AgentOptions options;
-  const sim::SimProfile* profile;
+  AgentConfig config;
+  const sim::SimProfile* profile;  // the sim engine's; nullptr for the other engines
   sim::SimOptions sim;
   std::mt19937_64 sim_rng;  // failure and jitter draws: seeded, so a run is reproducible
   std::mt19937_64 id_rng;   // response and request ids only
   Admission admission;
   SessionTracker sessions;
+  AgentMetrics metrics;
+  DeviceFacts device;
+  // The engine answers (sim: always; the others: once their health probe passed). Until then
+  // /health says "loading" and completions get 503.
+  bool engine_ready;
+  std::string api_key;  // bearer key required on /v1/* ("" = open), read from api_key_env
+  // Client TLS (system CAs) for an https gateway or engine URL.
+  std::shared_ptr<boost::asio::ssl::context> client_tls;
 };
 
 }  // namespace fg::agent

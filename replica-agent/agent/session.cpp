@@ -15,6 +15,7 @@
 #include "common/openai/errors.hpp"
 #include "common/openai/inspect.hpp"
 #include "replica-agent/agent/sim_answer.hpp"
+#include "replica-agent/engines/proxy.hpp"
 
 namespace fg::agent {
 
@@ -76,6 +77,7 @@ struct Reply {
   std::string body;
   std::vector<net::Header> headers;
   std::string outcome = "ok";
+  std::string content_type = "application/json";
 };
 
 Reply error_reply(unsigned status, const std::string& message, const std::string& code,
@@ -97,27 +99,46 @@ Reply allow_only(const char* method, std::string_view path) {
 
 Reply health_reply(const AgentContext& ctx) {
   const bool draining = ctx.sessions.draining();
+  const bool loading = !ctx.engine_ready;
   nlohmann::ordered_json body{
-      {"status", draining ? "draining" : "ok"},
-      {"model", ctx.options.model},
-      {"engine", "sim"},
-      {"profile", ctx.profile->name},
-      {"time_scale", ctx.options.time_scale},
-      {"slots_total", ctx.admission.total()},
-      {"slots_idle", ctx.admission.idle()},
-      {"agent_version", FLEETGATE_VERSION},
-      {"device", nlohmann::ordered_json::object()},
+      {"status", draining  ? "draining"
+                 : loading ? "loading"
+                           : "ok"},
+      {"model", ctx.config.model},
+      {"engine", to_string(ctx.config.engine.kind)},
   };
+  if (ctx.profile != nullptr) {
+    body["profile"] = ctx.profile->name;
+    body["time_scale"] = ctx.config.engine.time_scale;
+  }
+  body["slots_total"] = ctx.admission.total();
+  body["slots_idle"] = ctx.admission.idle();
+  body["agent_version"] = FLEETGATE_VERSION;
+  body["device"] = device_json(ctx.device);
   Reply reply;
-  reply.status = draining ? 503 : 200;
+  reply.status = draining || loading ? 503 : 200;
   reply.body = body.dump();
   return reply;
+}
+
+// Constant-time comparison of the request's bearer token with the configured key.
+bool bearer_matches(std::string_view header, const std::string& key) {
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() != kBearer.size() + key.size() || header.substr(0, kBearer.size()) != kBearer) {
+    return false;
+  }
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    diff |=
+        static_cast<unsigned char>(header[kBearer.size() + i]) ^ static_cast<unsigned char>(key[i]);
+  }
+  return diff == 0;
 }
 
 asio::awaitable<bool> send_reply(net::Conn* conn, Reply reply, bool keep_alive) {
   conn->expires_after(kReplyTimeout);
   auto bytes =
-      net::full_response(reply.status, "application/json", reply.body, reply.headers, keep_alive);
+      net::full_response(reply.status, reply.content_type, reply.body, reply.headers, keep_alive);
   auto [ec, n] = co_await conn->write(asio::buffer(bytes));
   co_return !ec;
 }
@@ -165,11 +186,42 @@ struct RequestRecord {
   std::string outcome;
   std::optional<std::size_t> slot;
   std::optional<sim::SimPlan> plan;
+  std::string engine_outcome;  // proxied engines: how the exchange with the engine went
   Clock::time_point start = Clock::now();
 };
 
-void log_request(const AgentContext& ctx, const RequestRecord& record) {
+double per_second(std::size_t n, double ms) {
+  return ms > 0 ? static_cast<double>(n) / ms * 1000.0 : 0.0;
+}
+
+// Forwards an admitted request to a proxied engine while watching the client; returns whether
+// the connection may carry another request.
+asio::awaitable<bool> proxy_inference(AgentContext* ctx, net::Conn* conn,
+                                      boost::beast::flat_buffer* buffer,
+                                      const net::Request* request, std::string request_id,
+                                      bool keep_alive, std::optional<SlotGuard>* slot,
+                                      RequestRecord* record) {
+  ProxyProgress progress;
+  progress.slot = slot;
+  // A client that goes away cancels the forwarding, which closes the engine connection.
+  conn->expires_never();
+  auto done = co_await (watch_client(conn, buffer) ||
+                        forward_to_engine(ctx, conn, request, request_id, keep_alive, &progress));
+  const bool client_gone = done.index() == 0 || (!progress.finished && progress.outcome.empty());
+  record->engine_outcome = client_gone ? "client_gone" : progress.outcome;
+  record->outcome = client_gone ? "client_gone" : progress.outcome;
+  record->status = progress.head_sent || !client_gone ? progress.status : 499;
+  if (progress.finished) {
+    ctx->metrics.tokens(static_cast<double>(progress.prompt_tokens),
+                        static_cast<double>(progress.completion_tokens));
+    ctx->metrics.speeds(progress.prefill_tps, progress.decode_tps);
+  }
+  co_return done.index() == 1 && progress.keep_alive;
+}
+
+void log_request(AgentContext& ctx, const RequestRecord& record) {
   using nlohmann::json;
+  ctx.metrics.request_done(record.status);
   const auto* plan = record.plan ? &*record.plan : nullptr;
   log::info("request",
             {{"request_id", record.request_id},
@@ -181,6 +233,8 @@ void log_request(const AgentContext& ctx, const RequestRecord& record) {
              {"prompt_tokens", plan ? json(plan->prompt_tokens) : json(nullptr)},
              {"cached_tokens", plan ? json(plan->cached_tokens) : json(nullptr)},
              {"completion_tokens", plan ? json(plan->completion_tokens) : json(nullptr)},
+             {"engine_outcome",
+              record.engine_outcome.empty() ? json(nullptr) : json(record.engine_outcome)},
              {"duration_ms",
               std::chrono::duration<double, std::milli>(Clock::now() - record.start).count()}});
 }
@@ -208,6 +262,10 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
     refusal = refuse(
         error_reply(503, "this replica is shutting down; retry on another", "shutting_down"));
     refusal->headers.emplace_back("Retry-After", "1");
+  } else if (!ctx->engine_ready) {
+    refusal = refuse(error_reply(503, "the model is still loading on this replica; retry later",
+                                 "model_loading"));
+    refusal->headers.emplace_back("Retry-After", "5");
   } else {
     auto inspected =
         openai::inspect_request((*request)[http::field::content_type], request->body());
@@ -218,11 +276,11 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
       info = std::get<openai::RequestInfo>(inspected);
       // inspect_request accepted it, so it parses (and its depth is bounded).
       body = nlohmann::json::parse(request->body(), nullptr, false);
-      if (info->model != ctx->options.model) {
+      if (info->model != ctx->config.model) {
         refusal = refuse(error_reply(404,
                                      "the model '" + info->model +
                                          "' does not exist on this replica (it serves '" +
-                                         ctx->options.model + "')",
+                                         ctx->config.model + "')",
                                      "model_not_found", "model"));
       } else if (auto bad = check_prompt_field(endpoint, body)) {
         refusal = refuse(std::move(*bad));
@@ -249,6 +307,13 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
   }
   record.slot = guard->slot();
   record.start = Clock::now();
+  if (ctx->profile == nullptr) {
+    bool again = co_await proxy_inference(ctx, conn, buffer, request, request_id, keep_alive,
+                                          &guard, &record);
+    guard.reset();
+    log_request(*ctx, record);
+    co_return again;
+  }
   const std::size_t cached = ctx->admission.cached_tokens(*guard, prompt);
   record.plan = sim::plan_request(*ctx->profile, ctx->sim, prompt, cached,
                                   sim::requested_max_tokens(body), ctx->sim_rng);
@@ -266,7 +331,7 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
   meta.endpoint = endpoint;
   meta.id = make_response_id(endpoint, ctx->id_rng(), ctx->id_rng());
   meta.created = static_cast<std::int64_t>(std::time(nullptr));
-  meta.model = ctx->options.model;
+  meta.model = ctx->config.model;
   meta.include_usage = info->stream && info->include_usage;
 
   AnswerInput input;
@@ -287,6 +352,12 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
   auto done = co_await (watch_client(conn, buffer) || run_sim_answer(ctx, conn, input, &progress));
   const bool client_gone = done.index() == 0 || !progress.finished;
   finish_slot(ctx, input, progress);
+  if (progress.finished) {
+    ctx->metrics.tokens(static_cast<double>(plan.prompt_tokens),
+                        static_cast<double>(plan.completion_tokens));
+    ctx->metrics.speeds(per_second(progress.timings.prompt_n, progress.timings.prompt_ms),
+                        per_second(progress.timings.predicted_n, progress.timings.predicted_ms));
+  }
   // 499 (nginx's "client closed request") when the client left before any response head.
   record.status = info->stream || !client_gone ? 200 : 499;
   record.outcome = client_gone ? "client_gone" : "ok";
@@ -307,11 +378,24 @@ asio::awaitable<bool> handle_request(AgentContext* ctx, net::Conn* conn,
   const auto method = request->method();
 
   Reply reply;
-  if (path == "/health") {
+  if (path.substr(0, 4) == "/v1/" && !ctx->api_key.empty() &&
+      !bearer_matches((*request)[http::field::authorization], ctx->api_key)) {
+    reply = error_reply(401, "a valid API key is required (Authorization: Bearer ...)",
+                        "invalid_api_key");
+    reply.headers.emplace_back("WWW-Authenticate", "Bearer");
+  } else if (path == "/health") {
     reply = method == http::verb::get ? health_reply(*ctx) : allow_only("GET", path);
+  } else if (path == "/metrics") {
+    if (method == http::verb::get) {
+      reply.body = ctx->metrics.scrape(static_cast<double>(ctx->admission.busy()),
+                                       static_cast<double>(ctx->admission.total()));
+      reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    } else {
+      reply = allow_only("GET", path);
+    }
   } else if (path == "/v1/models") {
     if (method == http::verb::get) {
-      reply.body = model_list(ctx->options.model);
+      reply.body = model_list(ctx->config.model);
     } else {
       reply = allow_only("GET", path);
     }
@@ -319,7 +403,7 @@ asio::awaitable<bool> handle_request(AgentContext* ctx, net::Conn* conn,
     std::string id(path.substr(11));
     if (method != http::verb::get) {
       reply = allow_only("GET", path);
-    } else if (id == ctx->options.model) {
+    } else if (id == ctx->config.model) {
       reply.body = model_object(id);
     } else {
       reply = error_reply(404, "the model '" + id + "' does not exist", "model_not_found");

@@ -1,0 +1,112 @@
+#pragma once
+
+// fleetgate-agent's configuration: the YAML file (`--config agent.yaml`) and the command-line
+// flags that override it, parsed and validated in one place. Pure: no Asio, no sockets.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/log/log.hpp"
+#include "common/net/url.hpp"
+
+namespace fg::agent {
+
+inline constexpr std::uint32_t kMaxAgentSlots = 256;
+inline constexpr const char* kDefaultEngineUrl = "http://127.0.0.1:8080";
+
+enum class EngineKind { sim, llama_server, openai };
+
+const char* to_string(EngineKind kind);
+
+struct EngineConfig {
+  EngineKind kind = EngineKind::sim;
+  // sim only
+  std::string profile = "fast-test";  // a built-in profile name
+  double time_scale = 1.0;            // > 0
+  double jitter = 0.0;                // 0..0.95
+  double fail_rate = 0.0;             // 0..1
+  std::uint64_t seed = 0;
+  // llama-server and openai only
+  net::Url url;                      // the engine's base URL; default kDefaultEngineUrl
+  std::vector<std::string> command;  // llama-server only: argv of a child the agent supervises
+};
+
+struct GatewayLink {
+  std::string url;        // "" = no registration
+  std::string token_env;  // env var holding the registration bearer token
+  bool enabled() const { return !url.empty(); }
+};
+
+struct AgentTls {
+  std::string cert;  // PEM files; both set = HTTPS listener
+  std::string key;
+  bool enabled() const { return !cert.empty(); }
+};
+
+// Everything the file and the flags set. After parse_command_line it is complete and valid.
+struct AgentConfig {
+  net::HostPort listen{"127.0.0.1", 8081};
+  std::string model;                   // the model id this phone serves (required)
+  std::optional<std::uint32_t> slots;  // unset: the profile's (sim) or the engine's /props
+  EngineConfig engine;
+  std::string public_url;  // what is registered; required with gateway.url
+  GatewayLink gateway;
+  AgentTls tls;
+  std::string api_key_env;  // env var holding the bearer key of the OpenAI routes; "" = open
+  log::Level log_level = log::Level::info;
+  std::chrono::milliseconds drain_timeout{30'000};
+};
+
+// A configuration problem. what() names where the value came from and the key:
+// "agent.yaml:7: engine.time_scale: expected a number greater than 0, got \"fast\"" or
+// "--slots: must be between 1 and 256, got '0'".
+class AgentConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Where each key that was set came from ("agent.yaml:7" or "--time-scale"), for messages of the
+// checks that look at several keys together.
+using Origins = std::map<std::string, std::string>;
+
+// Parses YAML text into config (keys absent from the file keep config's values). Unknown keys,
+// wrong types and out-of-range values throw AgentConfigError naming source:line and the key.
+void load_agent_config_string(const std::string& text, const std::string& source,
+                              AgentConfig& config, Origins* origins = nullptr);
+// Reads the file and calls load_agent_config_string (an unreadable file throws too).
+void load_agent_config_file(const std::string& path, AgentConfig& config,
+                            Origins* origins = nullptr);
+
+// Checks that hold across keys (model required, engine keys fit the engine kind, TLS cert and
+// key together, public_url and gateway.token_env with gateway.url). Throws AgentConfigError.
+void validate_agent_config(const AgentConfig& config, const Origins& origins);
+
+// What main should do.
+struct Invocation {
+  AgentConfig config;
+  std::string config_path;  // "" = no file
+  bool check = false;       // --check: validate, print, exit
+};
+
+// What main should do instead of serving: print text (to stdout for code 0, else stderr) and
+// exit with code.
+struct CliExit {
+  int code = 0;
+  std::string text;
+};
+
+// Parses argv[1..]: "--flag value" and "--flag=value"; --config FILE is read first and every
+// other flag overrides the file. Bad flags exit 2, a bad file 1; with --check every invalid
+// configuration exits 1 and a valid one 0 (with a message on stdout).
+std::variant<Invocation, CliExit> parse_command_line(const std::vector<std::string>& args,
+                                                     const std::string& version);
+
+std::string usage_text();
+
+}  // namespace fg::agent

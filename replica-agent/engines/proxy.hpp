@@ -1,0 +1,40 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "common/net/conn.hpp"
+#include "common/net/http_io.hpp"
+#include "replica-agent/agent/context.hpp"
+
+namespace fg::agent {
+
+// How a forwarded request went, for the request log line and the metrics.
+struct ProxyProgress {
+  unsigned status = 0;              // what the client got (the engine's status, or ours)
+  bool head_sent = false;           // a response head went to the client
+  bool finished = false;            // the whole response was written
+  bool keep_alive = false;          // the client connection may carry another request
+  std::string outcome;              // "ok", "engine_unreachable", "engine_failed", ...
+  std::uint64_t prompt_tokens = 0;  // from the engine's usage, when it reported it
+  std::uint64_t completion_tokens = 0;
+  double prefill_tps = 0;  // from the engine's timings (llama.cpp), when present
+  double decode_tps = 0;
+  // The request's slot: freed as soon as the engine's answer is complete, before its last bytes
+  // are written to the client (as for the simulator), so that a client sending its next request
+  // the moment it has read this answer never finds the slot still taken.
+  std::optional<SlotGuard>* slot = nullptr;
+};
+
+// Forwards one admitted OpenAI request (llama-server and openai engines) to the engine on a new
+// connection and relays the answer as it arrives: the body bytes unchanged (a stream chunk by
+// chunk), the status, Content-Type and Retry-After of the engine. Cancelling it (the client went
+// away) closes the engine connection, which makes llama.cpp stop generating.
+boost::asio::awaitable<void> forward_to_engine(AgentContext* ctx, net::Conn* client,
+                                               const net::Request* request, std::string request_id,
+                                               bool keep_alive, ProxyProgress* progress);
+
+}  // namespace fg::agent

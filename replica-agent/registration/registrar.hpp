@@ -1,0 +1,51 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+
+#include "replica-agent/agent/context.hpp"
+
+namespace fg::agent {
+
+// Registers this phone with the gateway (POST {gateway}/admin/v1/replicas/register), heartbeats
+// at the interval the gateway returns, registers again when a heartbeat gets 404 (the gateway
+// restarted and forgot it) or the phone's slot count changed, and backs off with jitter (1 s
+// doubling to 30 s) while the gateway is unreachable. Serving never depends on it. On shutdown it
+// deregisters (POST .../{id}/deregister).
+class Registrar {
+ public:
+  Registrar(boost::asio::any_io_executor executor, AgentContext* ctx, std::string token);
+  ~Registrar();
+
+  void start();
+  // Stops the loop, deregisters when registered (5 s at most) and then calls done.
+  void stop_and_deregister(std::function<void()> done);
+
+ private:
+  static boost::asio::awaitable<void> loop(Registrar* self);
+  static boost::asio::awaitable<void> deregister(Registrar* self, std::function<void()> done);
+  // One registration attempt; true when the gateway gave an id.
+  static boost::asio::awaitable<bool> register_once(Registrar* self);
+  std::string registration_body() const;
+
+  boost::asio::any_io_executor executor_;
+  AgentContext* ctx_;
+  std::string token_;
+  net::Url gateway_;
+  std::string id_;  // "" = not registered
+  std::uint32_t registered_slots_ = 0;
+  std::chrono::milliseconds interval_{10'000};
+  std::uint32_t failures_ = 0;
+  std::mt19937_64 rng_;
+  boost::asio::cancellation_signal stop_;
+  bool running_ = false;
+};
+
+}  // namespace fg::agent

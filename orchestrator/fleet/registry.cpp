@@ -1,14 +1,17 @@
 #include "orchestrator/fleet/registry.hpp"
 
+#include <cstdio>
+
 namespace fg::fleet {
 
 std::shared_ptr<Replica> Registry::add(const std::string& model, const net::Url& url,
                                        std::uint32_t slots) {
   auto replica = std::make_shared<Replica>();
   replica->id = next_id_++;
-  // Appended rather than "r" + to_string(): GCC 12 warns falsely (-Wstringop-overflow) on that.
-  replica->name = "r";
-  replica->name += std::to_string(replica->id);
+  // snprintf rather than "r" + to_string(): GCC 12 warns falsely (-Wstringop-overflow) on that.
+  char name[24];
+  std::snprintf(name, sizeof name, "r%llu", static_cast<unsigned long long>(replica->id));
+  replica->name = name;
   replica->model = model;
   replica->url = url;
   replica->slots = slots;

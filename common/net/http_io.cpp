@@ -1,5 +1,9 @@
 #include "common/net/http_io.hpp"
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/status.hpp>
@@ -89,6 +93,22 @@ asio::awaitable<ReadOutcome> read_request(Conn& conn, beast::flat_buffer& buffer
       started = true;
       conn.expires_after(limits.timeout);
     }
+  }
+}
+
+asio::awaitable<void> watch_client(Conn* conn, beast::flat_buffer* buffer, std::size_t cap) {
+  for (;;) {
+    if (buffer->size() >= cap) {
+      asio::steady_timer forever(co_await asio::this_coro::executor,
+                                 asio::steady_timer::time_point::max());
+      co_await forever.async_wait(asio::as_tuple(asio::use_awaitable));
+      co_return;
+    }
+    auto [ec, n] = co_await conn->read_some(buffer->prepare(cap - buffer->size()));
+    if (ec) {
+      co_return;
+    }
+    buffer->commit(n);
   }
 }
 

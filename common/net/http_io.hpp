@@ -38,6 +38,11 @@ asio::awaitable<ReadOutcome> read_request(Conn& conn, beast::flat_buffer& buffer
                                           std::chrono::steady_clock::duration idle_timeout,
                                           Request& out);
 
+// Completes only when the client is gone (EOF or error), so it can run beside the work of a
+// request (awaitable operator ||) and cancel it. Bytes the client pipelines meanwhile stay in
+// buffer for the next request; past cap it stops reading (and so stops noticing a disconnect).
+asio::awaitable<void> watch_client(Conn* conn, beast::flat_buffer* buffer, std::size_t cap);
+
 // "HTTP/1.1 <status> <reason>\r\n" + headers + "\r\n". With content_length unset the body is
 // sent chunked.
 std::string response_head(unsigned status, std::string_view content_type,

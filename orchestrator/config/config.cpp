@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/util/duration.hpp"
+#include "common/util/text.hpp"
 #include "replica-agent/engines/sim_model.hpp"
 
 namespace fg::config {
@@ -41,52 +42,6 @@ const std::vector<std::string> kUpstreamKeys = {"api_key_env",     "ca_file",
                                                 "idle_timeout",    "max_idle_per_replica"};
 const std::vector<std::string> kLogKeys = {"level"};
 const std::vector<std::string> kLogLevels = {"debug", "info", "warn", "error"};
-
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> prev(b.size() + 1);
-  std::vector<std::size_t> cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) {
-    prev[j] = j;
-  }
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t subst = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, subst});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-// The closest known key within edit distance 2, or "" when nothing is close enough.
-std::string closest_key(const std::string& key, const std::vector<std::string>& known) {
-  std::string best;
-  std::size_t best_distance = 3;
-  for (const auto& candidate : known) {
-    const std::size_t d = edit_distance(key, candidate);
-    if (d < best_distance) {
-      best = candidate;
-      best_distance = d;
-    }
-  }
-  return best;
-}
-
-bool is_env_name(const std::string& s) {
-  if (s.empty()) {
-    return false;
-  }
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    const bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
-    const bool digit = c >= '0' && c <= '9';
-    if (!alpha && !(digit && i > 0)) {
-      return false;
-    }
-  }
-  return true;
-}
 
 std::string quoted(const std::string& s) {
   return "\"" + s + "\"";
@@ -248,7 +203,7 @@ class Parser {
       const std::string key_path = join(path, key);
       if (std::find(known.begin(), known.end(), key) == known.end()) {
         std::string what = "unknown key";
-        if (const std::string hint = closest_key(key, known); !hint.empty()) {
+        if (const std::string hint = closest_word(key, known); !hint.empty()) {
           what += "; did you mean '" + hint + "'?";
         }
         fail(key_line, key_path, what);

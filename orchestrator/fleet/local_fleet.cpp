@@ -16,6 +16,7 @@
 
 #include "common/log/log.hpp"
 #include "common/net/url.hpp"
+#include "common/util/process.hpp"
 #include "orchestrator/fleet/fleet_manager.hpp"
 #include "replica-agent/engines/sim_model.hpp"
 
@@ -121,26 +122,10 @@ void LocalFleet::spawn(Agent& agent) {
     args.push_back("--slots");
     args.push_back(std::to_string(agent.settings.slots));
   }
-  std::vector<char*> argv;
-  for (auto& a : args) {
-    argv.push_back(a.data());
-  }
-  argv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  pid_t pid = ::fork();
+  const pid_t pid = spawn_child_process(std::move(args));
   if (pid < 0) {
     log::error("cannot start a local agent", {{"model", agent.model}, {"error", "fork failed"}});
     return;
-  }
-  if (pid == 0) {
-    // Child: only async-signal-safe calls until exec.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) {
-      ::_exit(1);
-    }
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
   }
   agent.pid = pid;
   log::info("local agent started", {{"model", agent.model},

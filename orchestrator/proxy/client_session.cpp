@@ -95,24 +95,6 @@ std::string model_object(const std::string& name) {
       .dump();
 }
 
-// Completes only when the client is gone (EOF or error). Bytes a client pipelines meanwhile stay
-// in the session's buffer for the next request.
-asio::awaitable<void> watch_client(net::Conn* conn, boost::beast::flat_buffer* buffer) {
-  for (;;) {
-    if (buffer->size() >= kPipelineCap) {
-      asio::steady_timer forever(co_await asio::this_coro::executor,
-                                 asio::steady_timer::time_point::max());
-      co_await forever.async_wait(asio::as_tuple(asio::use_awaitable));
-      co_return;
-    }
-    auto [ec, n] = co_await conn->read_some(buffer->prepare(kPipelineCap - buffer->size()));
-    if (ec) {
-      co_return;
-    }
-    buffer->commit(n);
-  }
-}
-
 // Sends ": keep-alive" comments while a streamed request waits (queue, first token). Never
 // completes by itself: it is cancelled when the request ends.
 asio::awaitable<void> keepalive_loop(ClientWriter* writer, Clock::duration interval) {
@@ -430,13 +412,13 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
   const auto interval = ctx->config->routing.keepalive_interval;
   bool client_gone = false;
   if (info.stream && interval.count() > 0) {
-    auto done =
-        co_await (watch_client(conn, buffer) || proxy_flow(ctx, request, &info, &writer, &record) ||
-                  keepalive_loop(&writer, interval));
+    auto done = co_await (net::watch_client(conn, buffer, kPipelineCap) ||
+                          proxy_flow(ctx, request, &info, &writer, &record) ||
+                          keepalive_loop(&writer, interval));
     client_gone = done.index() == 0;
   } else {
-    auto done =
-        co_await (watch_client(conn, buffer) || proxy_flow(ctx, request, &info, &writer, &record));
+    auto done = co_await (net::watch_client(conn, buffer, kPipelineCap) ||
+                          proxy_flow(ctx, request, &info, &writer, &record));
     client_gone = done.index() == 0;
   }
   if (client_gone) {

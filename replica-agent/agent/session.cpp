@@ -143,24 +143,6 @@ asio::awaitable<bool> send_reply(net::Conn* conn, Reply reply, bool keep_alive) 
   co_return !ec;
 }
 
-// Completes only when the client is gone (EOF or error). Bytes a client pipelines meanwhile stay
-// in the buffer for the next request.
-asio::awaitable<void> watch_client(net::Conn* conn, boost::beast::flat_buffer* buffer) {
-  for (;;) {
-    if (buffer->size() >= kPipelineCap) {
-      asio::steady_timer forever(co_await asio::this_coro::executor,
-                                 asio::steady_timer::time_point::max());
-      co_await forever.async_wait(asio::as_tuple(asio::use_awaitable));
-      co_return;
-    }
-    auto [ec, n] = co_await conn->read_some(buffer->prepare(kPipelineCap - buffer->size()));
-    if (ec) {
-      co_return;
-    }
-    buffer->commit(n);
-  }
-}
-
 // The endpoint-specific field the simulator reads the prompt from must have the right type.
 std::optional<Reply> check_prompt_field(Endpoint endpoint, const nlohmann::json& body) {
   if (endpoint == Endpoint::chat) {
@@ -205,7 +187,7 @@ asio::awaitable<bool> proxy_inference(AgentContext* ctx, net::Conn* conn,
   progress.slot = slot;
   // A client that goes away cancels the forwarding, which closes the engine connection.
   conn->expires_never();
-  auto done = co_await (watch_client(conn, buffer) ||
+  auto done = co_await (net::watch_client(conn, buffer, kPipelineCap) ||
                         forward_to_engine(ctx, conn, request, request_id, keep_alive, &progress));
   const bool client_gone = done.index() == 0 || (!progress.finished && progress.outcome.empty());
   record->engine_outcome = client_gone ? "client_gone" : progress.outcome;
@@ -349,7 +331,8 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
   // The client may vanish at any time, during prefill included: watch_client notices, and
   // whichever branch ends first cancels the other, so the slot is freed at once.
   conn->expires_never();
-  auto done = co_await (watch_client(conn, buffer) || run_sim_answer(ctx, conn, input, &progress));
+  auto done = co_await (net::watch_client(conn, buffer, kPipelineCap) ||
+                        run_sim_answer(ctx, conn, input, &progress));
   const bool client_gone = done.index() == 0 || !progress.finished;
   finish_slot(ctx, input, progress);
   if (progress.finished) {

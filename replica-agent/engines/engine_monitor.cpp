@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log/log.hpp"
+#include "common/util/process.hpp"
 #include "replica-agent/agent/http_client.hpp"
 #include "replica-agent/registration/backoff.hpp"
 
@@ -134,28 +135,11 @@ asio::awaitable<void> EngineMonitor::probe_loop(EngineMonitor* self) {
 }
 
 void EngineMonitor::spawn_child() {
-  std::vector<std::string> args = ctx_->config.engine.command;
-  std::vector<char*> argv;
-  for (auto& a : args) {
-    argv.push_back(a.data());
-  }
-  argv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
+  const std::vector<std::string>& args = ctx_->config.engine.command;
+  const pid_t pid = spawn_child_process(args);
   if (pid < 0) {
     log::error("cannot start the engine", {{"error", "fork failed"}});
     return;
-  }
-  if (pid == 0) {
-    // Child: only async-signal-safe calls until exec. Its own process group, so that stopping it
-    // reaches the engine's own children; killed if the agent dies.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) {
-      ::_exit(1);
-    }
-    ::execvp(argv[0], argv.data());
-    ::_exit(127);
   }
   pid_ = pid;
   log::info("engine started", {{"command", args[0]}, {"pid", pid}, {"restarts", restarts_}});

@@ -1,5 +1,7 @@
 #include "common/net/http_io.hpp"
 
+#include <array>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -110,6 +112,18 @@ asio::awaitable<void> watch_client(Conn* conn, beast::flat_buffer* buffer, std::
     }
     buffer->commit(n);
   }
+}
+
+asio::awaitable<void> drain_and_close(Conn* conn) {
+  std::array<char, 4096> sink;
+  conn->expires_after(std::chrono::seconds(2));
+  for (int i = 0; i < 64 && conn->is_open(); ++i) {
+    auto [ec, n] = co_await conn->read_some(asio::buffer(sink));
+    if (ec) {
+      break;
+    }
+  }
+  conn->close();
 }
 
 std::string response_head(unsigned status, std::string_view content_type,

@@ -43,6 +43,11 @@ asio::awaitable<ReadOutcome> read_request(Conn& conn, beast::flat_buffer& buffer
 // buffer for the next request; past cap it stops reading (and so stops noticing a disconnect).
 asio::awaitable<void> watch_client(Conn* conn, beast::flat_buffer* buffer, std::size_t cap);
 
+// The second half of a lingering close (after conn->shutdown()): reads what the peer still sends
+// until it closes too (at most 2 s, 256 KiB), so unread input does not turn the last response
+// into a reset, then closes.
+asio::awaitable<void> drain_and_close(Conn* conn);
+
 // "HTTP/1.1 <status> <reason>\r\n" + headers + "\r\n". With content_length unset the body is
 // sent chunked.
 std::string response_head(unsigned status, std::string_view content_type,

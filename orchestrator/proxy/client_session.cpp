@@ -522,15 +522,7 @@ asio::awaitable<void> run_client_session(ProxyContext* ctx, std::unique_ptr<net:
   // Lingering close: half-close, then read what the client still sends until it closes too, so
   // that unread input does not turn our last response into a reset.
   co_await conn->shutdown();
-  std::array<char, 4096> sink;
-  conn->expires_after(std::chrono::seconds(2));
-  for (int i = 0; i < 64 && conn->is_open(); ++i) {
-    auto [ec, n] = co_await conn->read_some(asio::buffer(sink));
-    if (ec) {
-      break;
-    }
-  }
-  conn->close();
+  co_await net::drain_and_close(conn.get());
 }
 
 }  // namespace fg::proxy

@@ -456,15 +456,7 @@ asio::awaitable<void> run_session(AgentContext* ctx, std::unique_ptr<net::Conn> 
   // counts as busy, so a drain does not wait for this (it closes the connection instead).
   co_await conn->shutdown();
   ctx->sessions.set_busy(tracked.id, false);
-  std::array<char, 4096> sink;
-  conn->expires_after(std::chrono::seconds(2));
-  for (int i = 0; i < 64 && conn->is_open(); ++i) {
-    auto [ec, n] = co_await conn->read_some(asio::buffer(sink));
-    if (ec) {
-      break;
-    }
-  }
-  conn->close();
+  co_await net::drain_and_close(conn.get());
 }
 
 }  // namespace fg::agent

@@ -1,0 +1,88 @@
+#include "orchestrator/metrics/metrics.hpp"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+
+namespace fg::metrics {
+namespace {
+
+// The value of the first sample line that starts with `series` ("name{labels}").
+double sample(const std::string& text, const std::string& series) {
+  auto at = text.find("\n" + series + " ");
+  if (at == std::string::npos) {
+    return -1;
+  }
+  auto start = at + 1 + series.size() + 1;
+  return std::stod(text.substr(start, text.find('\n', start) - start));
+}
+
+TEST(Metrics, ASuccessCountsTheRequestAndItsTimes) {
+  Metrics m;
+  m.declare_model("m");
+  m.request_done("m", "/v1/chat/completions", 200, 1.5, 0.25, 0.75);
+  m.tokens("m", "prompt", 7000);
+  const auto text = m.scrape();
+  EXPECT_EQ(
+      sample(text,
+             R"(fleetgate_requests_total{code="200",endpoint="/v1/chat/completions",model="m"})"),
+      1);
+  EXPECT_EQ(sample(text, R"(fleetgate_request_duration_seconds_count{model="m"})"), 1);
+  EXPECT_DOUBLE_EQ(sample(text, R"(fleetgate_request_duration_seconds_sum{model="m"})"), 1.5);
+  EXPECT_EQ(sample(text, R"(fleetgate_request_duration_seconds_bucket{model="m",le="1"})"), 0);
+  EXPECT_EQ(sample(text, R"(fleetgate_request_duration_seconds_bucket{model="m",le="2.5"})"), 1);
+  EXPECT_EQ(sample(text, R"(fleetgate_request_duration_seconds_bucket{model="m",le="1800"})"), 1);
+  EXPECT_DOUBLE_EQ(sample(text, R"(fleetgate_queue_wait_seconds_sum{model="m"})"), 0.25);
+  EXPECT_EQ(sample(text, R"(fleetgate_time_to_first_byte_seconds_count{model="m"})"), 1);
+  EXPECT_EQ(sample(text, R"(fleetgate_tokens_total{kind="prompt",model="m"})"), 7000);
+  EXPECT_EQ(sample(text, R"(fleetgate_tokens_total{kind="completion",model="m"})"), 0);
+}
+
+TEST(Metrics, RejectionRetryAndEjectionMoveTheirCounters) {
+  Metrics m;
+  m.declare_model("m");
+  auto before = m.scrape();
+  EXPECT_EQ(sample(before, R"(fleetgate_queue_rejections_total{model="m",reason="full"})"), 0);
+  EXPECT_EQ(sample(before, R"(fleetgate_retries_total{model="m"})"), 0);
+  m.queue_rejection("m", "full");
+  m.retry("m");
+  m.upstream_error("m", "connect");
+  m.replica_state_change("m", "unhealthy");
+  auto after = m.scrape();
+  EXPECT_EQ(sample(after, R"(fleetgate_queue_rejections_total{model="m",reason="full"})"), 1);
+  EXPECT_EQ(sample(after, R"(fleetgate_queue_rejections_total{model="m",reason="timeout"})"), 0);
+  EXPECT_EQ(sample(after, R"(fleetgate_retries_total{model="m"})"), 1);
+  EXPECT_EQ(sample(after, R"(fleetgate_upstream_errors_total{kind="connect",model="m"})"), 1);
+  EXPECT_EQ(sample(after, R"(fleetgate_replica_state_changes_total{model="m",to="unhealthy"})"), 1);
+}
+
+TEST(Metrics, ReplicaAndModelSeriesGoAwayWithThem) {
+  Metrics m;
+  m.declare_model("m");
+  m.set_queue_depth("m", 3);
+  m.set_replica("m", "r1", 1, 42);
+  m.replica_request("m", "r1", "ok");
+  m.health_check("r1", 0.02);
+  auto text = m.scrape();
+  EXPECT_EQ(sample(text, R"(fleetgate_replica_in_flight{model="m",replica="r1"})"), 1);
+  EXPECT_EQ(
+      sample(text, R"(fleetgate_replica_requests_total{model="m",outcome="ok",replica="r1"})"), 1);
+  m.forget_replica("m", "r1");
+  m.forget_model("m");
+  text = m.scrape();
+  EXPECT_EQ(text.find("replica=\"r1\""), std::string::npos);
+  EXPECT_EQ(text.find("fleetgate_queue_depth{model=\"m\"}"), std::string::npos);
+}
+
+TEST(Metrics, ProcessFactsAreRead) {
+  Metrics m;
+  auto text = m.scrape();
+  EXPECT_GT(sample(text, "fleetgate_process_resident_memory_bytes"), 1e6);
+  EXPECT_GT(sample(text, "fleetgate_process_open_fds"), 2);
+  EXPECT_GT(sample(text, "fleetgate_process_start_time_seconds"), 1.6e9);
+  EXPECT_EQ(sample(text, R"(fleetgate_build_info{version=")" FLEETGATE_VERSION R"("})"), 1);
+}
+
+}  // namespace
+}  // namespace fg::metrics

@@ -9,6 +9,7 @@
 #include "replica-agent/agent/admission.hpp"
 #include "replica-agent/agent/sessions.hpp"
 #include "replica-agent/config/agent_config.hpp"
+#include "replica-agent/engines/autotune.hpp"
 #include "replica-agent/engines/sim_model.hpp"
 #include "replica-agent/metrics/agent_metrics.hpp"
 #include "replica-agent/registration/device.hpp"
@@ -42,6 +43,8 @@ struct AgentContext {
   // The engine answers (sim: always; the others: once their health probe passed). Until then
   // /health says "loading" and completions get 503.
   bool engine_ready;
+  // engine.autotune's progress and outcome (state off without it), shown in /health.
+  autotune::Report autotune;
   std::string api_key;  // bearer key required on /v1/* ("" = open), read from api_key_env
   // Client TLS (system CAs) for an https gateway or engine URL.
   std::shared_ptr<boost::asio::ssl::context> client_tls;

@@ -115,6 +115,9 @@ Reply health_reply(const AgentContext& ctx) {
   body["slots_idle"] = ctx.admission.idle();
   body["agent_version"] = FLEETGATE_VERSION;
   body["device"] = device_json(ctx.device);
+  if (ctx.config.engine.autotune.enabled) {
+    body["autotune"] = autotune::report_json(ctx.autotune, ctx.config.engine.autotune);
+  }
   Reply reply;
   reply.status = draining || loading ? 503 : 200;
   reply.body = body.dump();

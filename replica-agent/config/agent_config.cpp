@@ -23,8 +23,10 @@ namespace {
 const std::vector<std::string> kRootKeys = {"listen",     "model",        "slots", "engine",
                                             "public_url", "gateway",      "tls",   "api_key_env",
                                             "log",        "drain_timeout"};
-const std::vector<std::string> kEngineKeys = {"kind",      "profile", "time_scale", "jitter",
-                                              "fail_rate", "seed",    "url",        "command"};
+const std::vector<std::string> kEngineKeys = {
+    "kind", "profile", "time_scale", "jitter", "fail_rate", "seed", "url", "command", "autotune"};
+const std::vector<std::string> kAutotuneKeys = {"threads", "batch_size", "prompt_tokens",
+                                                "predict_tokens"};
 const std::vector<std::string> kGatewayKeys = {"url", "token_env"};
 const std::vector<std::string> kTlsKeys = {"cert", "key"};
 const std::vector<std::string> kLogKeys = {"level"};
@@ -46,6 +48,10 @@ const std::vector<FlagKey> kFlags = {
     {"--seed", "engine.seed"},
     {"--engine-url", "engine.url"},
     {"--engine-command", "engine.command"},
+    {"--autotune-threads", "engine.autotune.threads"},
+    {"--autotune-batch-size", "engine.autotune.batch_size"},
+    {"--autotune-prompt-tokens", "engine.autotune.prompt_tokens"},
+    {"--autotune-predict-tokens", "engine.autotune.predict_tokens"},
     {"--public-url", "public_url"},
     {"--gateway-url", "gateway.url"},
     {"--gateway-token-env", "gateway.token_env"},
@@ -124,6 +130,56 @@ std::vector<std::string> split_words(std::string_view text) {
   return words;
 }
 
+// "1,2, 4" or "1 2 4" -> {"1", "2", "4"}.
+std::vector<std::string> split_list(std::string_view text) {
+  std::string spaced(text);
+  std::replace(spaced.begin(), spaced.end(), ',', ' ');
+  return split_words(spaced);
+}
+
+std::uint32_t whole_in_range(const std::string& where, std::string_view text, std::uint32_t low,
+                             std::uint32_t high) {
+  auto v = to_uint(text);
+  if (!v) {
+    fail(where, "expected a whole number, got " + in_quotes(text));
+  }
+  if (*v < low || *v > high) {
+    fail(where, "must be between " + std::to_string(low) + " and " + std::to_string(high) +
+                    ", got " + std::string(text));
+  }
+  return static_cast<std::uint32_t>(*v);
+}
+
+// The values of an engine.autotune list: at least one, each in [low, high], no repeats.
+std::vector<std::uint32_t> autotune_list(const std::string& where,
+                                         const std::vector<std::string>& items,
+                                         std::uint32_t high) {
+  if (items.empty()) {
+    fail(where, "expected a list of at least one value to try, such as [1, 2, 4]");
+  }
+  std::vector<std::uint32_t> values;
+  for (const auto& item : items) {
+    const std::uint32_t v = whole_in_range(where, item, 1, high);
+    if (std::find(values.begin(), values.end(), v) != values.end()) {
+      fail(where, "lists " + item + " twice");
+    }
+    values.push_back(v);
+  }
+  return values;
+}
+
+bool is_autotune_list(const std::string& key) {
+  return key == "engine.autotune.threads" || key == "engine.autotune.batch_size";
+}
+
+void set_autotune_list(AgentConfig& c, const std::string& key,
+                       const std::vector<std::string>& items, const std::string& where) {
+  const bool threads = key == "engine.autotune.threads";
+  auto values = autotune_list(where, items, threads ? kMaxAutotuneThreads : kMaxAutotuneBatchSize);
+  (threads ? c.engine.autotune.threads : c.engine.autotune.batch_size) = std::move(values);
+  c.engine.autotune.enabled = true;
+}
+
 // Sets one key from its text. `where` prefixes messages ("agent.yaml:7: engine.seed" or
 // "--seed"). A duration from a flag may be a bare number of seconds; in the file it needs a unit,
 // as everywhere in the gateway's YAML.
@@ -199,6 +255,14 @@ void apply_value(AgentConfig& c, const std::string& key, const std::string& text
     }
   } else if (key == "engine.command") {
     c.engine.command = split_words(text);
+  } else if (is_autotune_list(key)) {
+    set_autotune_list(c, key, split_list(text), where);
+  } else if (key == "engine.autotune.prompt_tokens") {
+    c.engine.autotune.prompt_tokens = whole_in_range(where, text, 1, kMaxAutotunePromptTokens);
+    c.engine.autotune.enabled = true;
+  } else if (key == "engine.autotune.predict_tokens") {
+    c.engine.autotune.predict_tokens = whole_in_range(where, text, 1, kMaxAutotunePredictTokens);
+    c.engine.autotune.enabled = true;
   } else if (key == "gateway.token_env" || key == "api_key_env") {
     if (!text.empty() && !is_env_name(text)) {
       fail(where,
@@ -284,6 +348,9 @@ class FileParser {
     if (path == "engine") {
       return &kEngineKeys;
     }
+    if (path == "engine.autotune") {
+      return &kAutotuneKeys;
+    }
     if (path == "gateway") {
       return &kGatewayKeys;
     }
@@ -327,6 +394,13 @@ class FileParser {
       // An empty value is blamed on the key's line: yaml-cpp marks it where the next token starts.
       const int value_line = value.IsNull() ? key_line : line_of(value, key_line);
       if (const auto* sub = keys_of(key_path)) {
+        if (key_path == "engine.autotune") {
+          // Present, even empty: autotuning is asked for (validation then wants its values).
+          config_.engine.autotune.enabled = true;
+          if (origins_ != nullptr) {
+            (*origins_)[key_path] = source_ + ":" + std::to_string(key_line);
+          }
+        }
         walk(value, key_path, value_line, *sub);
         continue;
       }
@@ -360,6 +434,18 @@ class FileParser {
         argv.push_back(value[i].Scalar());
       }
       config_.engine.command = std::move(argv);
+      return;
+    }
+    if (is_autotune_list(key) && value.IsSequence()) {
+      std::vector<std::string> items;
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        if (!value[i].IsScalar()) {
+          fail(where(line_of(value[i], line), key + "[" + std::to_string(i) + "]"),
+               "expected a whole number, got " + describe(value[i]));
+        }
+        items.push_back(value[i].Scalar());
+      }
+      set_autotune_list(config_, key, items, at);
       return;
     }
     if (value.IsNull()) {
@@ -458,6 +544,36 @@ void validate_agent_config(const AgentConfig& c, const Origins& origins) {
   }
   const bool sim = c.engine.kind == EngineKind::sim;
   const std::string kind = std::string("engine.kind is ") + to_string(c.engine.kind);
+  // engine.autotune: the first of its keys that was set, for messages.
+  std::string autotune_key;
+  for (const auto& [key, origin] : origins) {
+    if (key.rfind("engine.autotune", 0) == 0) {
+      autotune_key = key;
+      break;
+    }
+  }
+  if (c.engine.autotune.enabled) {
+    const std::string at =
+        origin_of(origins, autotune_key, autotune_key.empty() ? "engine.autotune" : autotune_key);
+    const AutotuneConfig& tune = c.engine.autotune;
+    if (c.engine.kind != EngineKind::llama_server) {
+      fail(at, "only for the llama-server engine (" + kind + ")");
+    }
+    if (c.engine.command.empty()) {
+      fail(at,
+           "needs engine.command: the agent starts llama-server itself with each setting it tries");
+    }
+    if (tune.threads.empty() && tune.batch_size.empty()) {
+      fail(at, "needs threads or batch_size: the values to try (threads: [2, 4, 6])");
+    }
+    const std::size_t combinations = std::max<std::size_t>(tune.threads.size(), 1) *
+                                     std::max<std::size_t>(tune.batch_size.size(), 1);
+    if (combinations > kMaxAutotuneCandidates) {
+      fail(at, std::to_string(combinations) +
+                   " combinations of threads and batch_size to try; at most " +
+                   std::to_string(kMaxAutotuneCandidates));
+    }
+  }
   if (sim) {
     for (const char* key : {"engine.url", "engine.command"}) {
       if (origins.count(key) != 0) {
@@ -519,6 +635,14 @@ std::string usage_text() {
          ")\n"
          "  --engine-command CMD   engine.command (llama-server): program and arguments,\n"
          "                         split on spaces, started and supervised by the agent\n"
+         "  --autotune-threads L   engine.autotune.threads (llama-server with a command):\n"
+         "                         --threads values to try before serving, e.g. 1,2,4\n"
+         "  --autotune-batch-size L\n"
+         "                         engine.autotune.batch_size: --batch-size values to try\n"
+         "  --autotune-prompt-tokens N\n"
+         "                         engine.autotune.prompt_tokens: reference prompt (256)\n"
+         "  --autotune-predict-tokens N\n"
+         "                         engine.autotune.predict_tokens: reference answer (32)\n"
          "  --public-url URL       public_url: the address registered with the gateway\n"
          "  --gateway-url URL      gateway.url: the gateway's admin listener\n"
          "  --gateway-token-env V  gateway.token_env: env var with the registration token\n"

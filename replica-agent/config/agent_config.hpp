@@ -22,6 +22,24 @@ inline constexpr const char* kDefaultEngineUrl = "http://127.0.0.1:8080";
 
 enum class EngineKind { sim, llama_server, openai };
 
+// Limits of engine.autotune's values (checked when parsed).
+inline constexpr std::uint32_t kMaxAutotuneThreads = 1024;
+inline constexpr std::uint32_t kMaxAutotuneBatchSize = 65536;
+inline constexpr std::uint32_t kMaxAutotunePromptTokens = 65536;
+inline constexpr std::uint32_t kMaxAutotunePredictTokens = 4096;
+inline constexpr std::size_t kMaxAutotuneCandidates = 64;
+
+// engine.autotune (llama-server with engine.command only): before serving, the agent starts
+// llama-server once per combination of the listed values, measures a fixed job and keeps the
+// fastest setting (see replica-agent/engines/autotune.hpp and docs/agent.md).
+struct AutotuneConfig {
+  bool enabled = false;                   // any engine.autotune key (or --autotune-* flag) was set
+  std::vector<std::uint32_t> threads;     // --threads values to try; empty: not tuned
+  std::vector<std::uint32_t> batch_size;  // --batch-size values to try; empty: not tuned
+  std::uint32_t prompt_tokens = 256;      // the reference job's prompt length
+  std::uint32_t predict_tokens = 32;      // and answer length
+};
+
 const char* to_string(EngineKind kind);
 
 struct EngineConfig {
@@ -35,6 +53,7 @@ struct EngineConfig {
   // llama-server and openai only
   net::Url url;                      // the engine's base URL; default kDefaultEngineUrl
   std::vector<std::string> command;  // llama-server only: argv of a child the agent supervises
+  AutotuneConfig autotune;           // llama-server with command only
 };
 
 struct GatewayLink {

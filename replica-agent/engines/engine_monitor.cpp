@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -30,6 +32,33 @@ constexpr std::chrono::milliseconds kProbeTimeout{2000};
 constexpr std::chrono::milliseconds kProbeWhileLoading{250};
 constexpr std::chrono::milliseconds kProbeWhileReady{2000};
 constexpr auto kStopGrace = std::chrono::seconds(5);
+// Autotune: a candidate gets this long to load its model (a phone reading a 9B model from flash
+// takes tens of seconds) and this long for the reference job (minutes for a long prompt on a slow
+// phone). The warm-up job (the first request after a load pages the weights in) is short.
+constexpr std::chrono::milliseconds kAutotuneLoadTimeout{5 * 60 * 1000};
+constexpr std::chrono::milliseconds kAutotuneJobTimeout{15 * 60 * 1000};
+constexpr std::uint32_t kWarmupPromptTokens = 8;
+constexpr std::uint32_t kWarmupPredictTokens = 2;
+constexpr std::chrono::milliseconds kReapPoll{20};
+
+nlohmann::json optional_json(const std::optional<std::uint32_t>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+// The error of a failed engine call for the autotune report: llama.cpp's message when it sent
+// one ("request (300 tokens) exceeds the available context size ..."), else the status or error.
+std::string call_error(const char* what, const HttpResult& r) {
+  if (!r.answered) {
+    return std::string(what) + ": " + r.error;
+  }
+  std::string text = std::string(what) + ": HTTP " + std::to_string(r.status);
+  auto doc = nlohmann::json::parse(r.body, nullptr, false);
+  if (doc.is_object() && doc.contains("error") && doc["error"].is_object() &&
+      doc["error"].contains("message") && doc["error"]["message"].is_string()) {
+    text += " (" + doc["error"]["message"].get<std::string>() + ")";
+  }
+  return text;
+}
 
 // total_slots of llama-server's GET /props; 0 when absent or out of range.
 std::size_t total_slots(const std::string& body) {
@@ -54,6 +83,7 @@ EngineMonitor::EngineMonitor(asio::any_io_executor executor, AgentContext* ctx)
       restart_timer_(executor),
       slots_known_(ctx->config.slots.has_value() ||
                    ctx->config.engine.kind != EngineKind::llama_server),
+      command_(ctx->config.engine.command),
       rng_(std::random_device{}()) {}
 
 EngineMonitor::~EngineMonitor() {
@@ -61,11 +91,7 @@ EngineMonitor::~EngineMonitor() {
 }
 
 void EngineMonitor::start() {
-  if (!ctx_->config.engine.command.empty()) {
-    wait_for_child();
-    spawn_child();
-  }
-  asio::co_spawn(executor_, probe_loop(this),
+  asio::co_spawn(executor_, run(this),
                  asio::bind_cancellation_slot(stop_probe_.slot(), [](std::exception_ptr e) {
                    if (!e) {
                      return;
@@ -108,6 +134,221 @@ asio::awaitable<bool> EngineMonitor::probe_once(EngineMonitor* self) {
   co_return true;
 }
 
+asio::awaitable<void> EngineMonitor::run(EngineMonitor* self) {
+  co_await asio::this_coro::throw_if_cancelled(false);
+  const AgentConfig& config = self->ctx_->config;
+  if (config.engine.autotune.enabled && !config.engine.command.empty()) {
+    co_await tune(self);
+    if (self->stopped_) {
+      co_return;
+    }
+  }
+  if (!self->command_.empty()) {
+    self->wait_for_child();
+    self->spawn_child();
+  }
+  co_await probe_loop(self);
+}
+
+asio::awaitable<void> EngineMonitor::tune(EngineMonitor* self) {
+  AgentContext* ctx = self->ctx_;
+  const AutotuneConfig& tune = ctx->config.engine.autotune;
+  const std::vector<std::string>& command = ctx->config.engine.command;
+  const std::vector<autotune::Candidate> candidates = autotune::expand_candidates(tune, command);
+  autotune::Report& report = ctx->autotune;
+  report.state = autotune::Report::State::running;
+  report.results.clear();
+  for (const auto& c : candidates) {
+    autotune::Result pending;
+    pending.candidate = c;
+    report.results.push_back(pending);
+  }
+  log::info("autotune: trying llama-server settings", {{"candidates", candidates.size()},
+                                                       {"prompt_tokens", tune.prompt_tokens},
+                                                       {"predict_tokens", tune.predict_tokens}});
+  const auto started = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    autotune::Result result = co_await try_candidate(self, candidates[i]);
+    if (self->stopped_) {
+      co_return;
+    }
+    const auto& c = result.candidate;
+    if (result.measured) {
+      ctx->metrics.autotune_measured(autotune::label(c.threads), autotune::label(c.batch_size),
+                                     result.speeds.prefill_tps, result.speeds.decode_tps,
+                                     result.seconds);
+      log::info("autotune: measured", {{"threads", optional_json(c.threads)},
+                                       {"batch_size", optional_json(c.batch_size)},
+                                       {"prefill_tps", result.speeds.prefill_tps},
+                                       {"decode_tps", result.speeds.decode_tps},
+                                       {"seconds", result.seconds}});
+    } else {
+      log::warn("autotune: candidate failed; skipping it",
+                {{"threads", optional_json(c.threads)},
+                 {"batch_size", optional_json(c.batch_size)},
+                 {"error", result.error}});
+    }
+    report.results[i] = std::move(result);
+  }
+  const auto took_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - started)
+                           .count();
+  report.chosen = autotune::pick_fastest(report.results);
+  if (!report.chosen) {
+    report.state = autotune::Report::State::failed;
+    log::error("autotune: every candidate failed; starting the engine with the command as given",
+               {{"candidates", candidates.size()}, {"took_ms", took_ms}});
+    co_return;
+  }
+  report.state = autotune::Report::State::done;
+  const autotune::Result& best = report.results[*report.chosen];
+  self->command_ = autotune::candidate_command(command, best.candidate);
+  ctx->metrics.autotune_chosen(autotune::label(best.candidate.threads),
+                               autotune::label(best.candidate.batch_size));
+  log::info("autotune: chosen", {{"threads", optional_json(best.candidate.threads)},
+                                 {"batch_size", optional_json(best.candidate.batch_size)},
+                                 {"prefill_tps", best.speeds.prefill_tps},
+                                 {"decode_tps", best.speeds.decode_tps},
+                                 {"seconds", best.seconds},
+                                 {"took_ms", took_ms}});
+}
+
+asio::awaitable<autotune::Result> EngineMonitor::try_candidate(EngineMonitor* self,
+                                                               autotune::Candidate candidate) {
+  AgentContext* ctx = self->ctx_;
+  const AutotuneConfig& tune = ctx->config.engine.autotune;
+  autotune::Result result;
+  result.candidate = candidate;
+  const std::vector<std::string> argv =
+      autotune::candidate_command(ctx->config.engine.command, candidate);
+  const pid_t pid = spawn_child_process(argv);
+  if (pid < 0) {
+    result.error = "cannot start the engine: fork failed";
+    co_return result;
+  }
+  self->pid_ = pid;
+  log::info("autotune: engine started", {{"pid", pid},
+                                         {"threads", optional_json(candidate.threads)},
+                                         {"batch_size", optional_json(candidate.batch_size)}});
+  std::string why;
+  const bool loaded = co_await wait_until_loaded(self, &why);
+  if (!loaded) {
+    result.error = why;
+  } else {
+    const auto& url = ctx->config.engine.url;
+    auto* tls = ctx->client_tls.get();
+    std::string path = "/completion";
+    std::string none;
+    std::string warmup = autotune::reference_request(
+        std::min(tune.prompt_tokens, kWarmupPromptTokens), kWarmupPredictTokens);
+    auto w = co_await http_call(url, "POST", path, none, warmup, tls, kAutotuneJobTimeout);
+    if (self->stopped_) {
+      co_return result;
+    }
+    if (!w.answered || w.status != 200) {
+      result.error = call_error("warm-up request", w);
+    } else {
+      std::string job = autotune::reference_request(tune.prompt_tokens, tune.predict_tokens);
+      auto r = co_await http_call(url, "POST", path, none, job, tls, kAutotuneJobTimeout);
+      if (self->stopped_) {
+        co_return result;
+      }
+      if (!r.answered || r.status != 200) {
+        result.error = call_error("reference job", r);
+      } else if (auto speeds = autotune::parse_timings(r.body, &why)) {
+        result.measured = true;
+        result.speeds = *speeds;
+        result.seconds =
+            autotune::reference_seconds(tune.prompt_tokens, tune.predict_tokens, *speeds);
+      } else {
+        result.error = "reference job: " + why;
+      }
+    }
+  }
+  // A candidate that is gone was not what answered (another server holding the port, say).
+  int status = 0;
+  if (self->pid_ == pid && ::waitpid(pid, &status, WNOHANG) == pid) {
+    self->pid_ = -1;
+    if (result.measured || result.error.empty()) {
+      result.measured = false;
+      result.error = "the engine exited during the measurement (another server on its port?)";
+    }
+  }
+  co_await stop_candidate(self);
+  co_return result;
+}
+
+asio::awaitable<bool> EngineMonitor::wait_until_loaded(EngineMonitor* self, std::string* why) {
+  AgentContext* ctx = self->ctx_;
+  const auto& url = ctx->config.engine.url;
+  auto* tls = ctx->client_tls.get();
+  const auto deadline = std::chrono::steady_clock::now() + kAutotuneLoadTimeout;
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  std::string path = "/health";
+  std::string none;
+  for (;;) {
+    if (self->stopped_ || self->pid_ <= 0) {
+      *why = "stopped";
+      co_return false;
+    }
+    int status = 0;
+    if (::waitpid(self->pid_, &status, WNOHANG) == self->pid_) {
+      self->pid_ = -1;
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      *why = "the engine exited with status " + std::to_string(code) + " before it was ready" +
+             (code == 127 ? " (command not found)" : "");
+      co_return false;
+    }
+    auto r = co_await http_call(url, "GET", path, none, none, tls, kProbeTimeout);
+    if (r.answered && r.status == 200) {
+      co_return true;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      *why = "the engine did not answer GET /health with 200 within " +
+             std::to_string(kAutotuneLoadTimeout.count() / 1000) + " s";
+      co_return false;
+    }
+    timer.expires_after(kProbeWhileLoading);
+    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (ec) {
+      *why = "stopped";
+      co_return false;
+    }
+  }
+}
+
+asio::awaitable<void> EngineMonitor::stop_candidate(EngineMonitor* self) {
+  if (self->pid_ <= 0 || self->stopped_) {
+    co_return;  // already reaped (it exited, or stop() took care of it)
+  }
+  const pid_t pid = self->pid_;
+  ::kill(-pid, SIGTERM);
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  const auto deadline = std::chrono::steady_clock::now() + kStopGrace;
+  bool killed = false;
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno == ECHILD)) {
+      break;
+    }
+    if (!killed && std::chrono::steady_clock::now() > deadline) {
+      log::warn("autotune: engine did not stop in time: killing it", {{"pid", pid}});
+      ::kill(-pid, SIGKILL);
+      killed = true;
+    }
+    timer.expires_after(kReapPoll);
+    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (ec || self->stopped_) {
+      co_return;  // stop() reaps it
+    }
+  }
+  if (self->pid_ == pid) {
+    self->pid_ = -1;
+  }
+  log::info("autotune: engine stopped", {{"pid", pid}});
+}
+
 asio::awaitable<void> EngineMonitor::probe_loop(EngineMonitor* self) {
   co_await asio::this_coro::throw_if_cancelled(false);
   asio::steady_timer timer(co_await asio::this_coro::executor);
@@ -135,7 +376,7 @@ asio::awaitable<void> EngineMonitor::probe_loop(EngineMonitor* self) {
 }
 
 void EngineMonitor::spawn_child() {
-  const std::vector<std::string>& args = ctx_->config.engine.command;
+  const std::vector<std::string>& args = command_;
   const pid_t pid = spawn_child_process(args);
   if (pid < 0) {
     log::error("cannot start the engine", {{"error", "fork failed"}});

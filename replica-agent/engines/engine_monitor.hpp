@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
+#include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -12,6 +14,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "replica-agent/agent/context.hpp"
+#include "replica-agent/engines/autotune.hpp"
 
 namespace fg::agent {
 
@@ -21,6 +24,12 @@ namespace fg::agent {
 // GET /props (total_slots) unless slots are configured. With engine.command it also starts the
 // engine as a child process (its own process group, killed if the agent dies) and restarts it
 // with back-off (1 s doubling to 30 s) when it exits.
+//
+// With engine.autotune, before that: it starts the command once per candidate setting (--threads,
+// --batch-size), one at a time, waits for its /health, runs the reference job on POST /completion,
+// reads the speeds from llama.cpp's timings and stops it; then it runs the engine with the fastest
+// setting (or the command as given when every candidate failed). Progress and results go to
+// ctx->autotune (/health) and the metrics; the agent stays "loading" meanwhile.
 class EngineMonitor {
  public:
   EngineMonitor(boost::asio::any_io_executor executor, AgentContext* ctx);
@@ -31,6 +40,15 @@ class EngineMonitor {
   void stop();
 
  private:
+  // Autotune (when configured), then the supervised child and the probe loop.
+  static boost::asio::awaitable<void> run(EngineMonitor* self);
+  static boost::asio::awaitable<void> tune(EngineMonitor* self);
+  static boost::asio::awaitable<autotune::Result> try_candidate(EngineMonitor* self,
+                                                                autotune::Candidate candidate);
+  // Waits for the candidate's GET /health 200; false (with *why) when it exited or timed out.
+  static boost::asio::awaitable<bool> wait_until_loaded(EngineMonitor* self, std::string* why);
+  // Stops the candidate in pid_ (SIGTERM to its group, SIGKILL after 5 s) and reaps it.
+  static boost::asio::awaitable<void> stop_candidate(EngineMonitor* self);
   static boost::asio::awaitable<void> probe_loop(EngineMonitor* self);
   static boost::asio::awaitable<bool> probe_once(EngineMonitor* self);
   void spawn_child();
@@ -42,9 +60,10 @@ class EngineMonitor {
   boost::asio::signal_set child_signals_;
   boost::asio::steady_timer restart_timer_;
   boost::asio::cancellation_signal stop_probe_;
-  pid_t pid_ = -1;
+  pid_t pid_ = -1;  // the supervised child, or the autotune candidate running now
   std::uint32_t restarts_ = 0;
   bool slots_known_;
+  std::vector<std::string> command_;  // what the child runs: the command, tuned when autotuned
   bool stopped_ = false;
   std::mt19937_64 rng_;
 };

@@ -2,6 +2,8 @@
 
 #include <prometheus/text_serializer.h>
 
+#include <map>
+
 namespace fg::agent {
 
 AgentMetrics::AgentMetrics()
@@ -38,7 +40,28 @@ AgentMetrics::AgentMetrics()
                       .Help("Tokens generated per second by the last request that reported "
                             "timings.")
                       .Register(*registry_)
-                      .Add({})) {
+                      .Add({})),
+      autotune_prefill_(prometheus::BuildGauge()
+                            .Name("fleetgate_agent_autotune_prefill_tokens_per_second")
+                            .Help("engine.autotune: prefill speed measured for each llama-server "
+                                  "setting tried (--threads, --batch-size).")
+                            .Register(*registry_)),
+      autotune_decode_(prometheus::BuildGauge()
+                           .Name("fleetgate_agent_autotune_decode_tokens_per_second")
+                           .Help("engine.autotune: decode speed measured for each llama-server "
+                                 "setting tried.")
+                           .Register(*registry_)),
+      autotune_seconds_(prometheus::BuildGauge()
+                            .Name("fleetgate_agent_autotune_reference_seconds")
+                            .Help("engine.autotune: the score of each setting tried, the seconds "
+                                  "the reference job takes (prompt_tokens / prefill + "
+                                  "predict_tokens / decode); the lowest is chosen.")
+                            .Register(*registry_)),
+      autotune_chosen_(prometheus::BuildGauge()
+                           .Name("fleetgate_agent_autotune_chosen")
+                           .Help("engine.autotune: 1 for the llama-server setting the engine runs "
+                                 "with.")
+                           .Register(*registry_)) {
   prometheus::BuildGauge()
       .Name("fleetgate_agent_build_info")
       .Help("Always 1; the version label says which build runs.")
@@ -67,6 +90,19 @@ void AgentMetrics::speeds(double prefill_tokens_per_second, double decode_tokens
   if (decode_tokens_per_second > 0) {
     decode_tps_.Set(decode_tokens_per_second);
   }
+}
+
+void AgentMetrics::autotune_measured(const std::string& threads, const std::string& batch_size,
+                                     double prefill_tokens_per_second,
+                                     double decode_tokens_per_second, double reference_seconds) {
+  const std::map<std::string, std::string> labels{{"threads", threads}, {"batch_size", batch_size}};
+  autotune_prefill_.Add(labels).Set(prefill_tokens_per_second);
+  autotune_decode_.Add(labels).Set(decode_tokens_per_second);
+  autotune_seconds_.Add(labels).Set(reference_seconds);
+}
+
+void AgentMetrics::autotune_chosen(const std::string& threads, const std::string& batch_size) {
+  autotune_chosen_.Add({{"threads", threads}, {"batch_size", batch_size}}).Set(1);
 }
 
 std::string AgentMetrics::scrape(double busy_slots, double total_slots) {

@@ -23,6 +23,12 @@ class AgentMetrics {
   void tokens(double prompt, double completion);
   // From the last request's timings (llama.cpp's prompt_per_second and predicted_per_second).
   void speeds(double prefill_tokens_per_second, double decode_tokens_per_second);
+  // engine.autotune: one measured candidate (labels: its --threads and --batch-size, "default"
+  // when not set), and the one chosen (its chosen gauge is 1).
+  void autotune_measured(const std::string& threads, const std::string& batch_size,
+                         double prefill_tokens_per_second, double decode_tokens_per_second,
+                         double reference_seconds);
+  void autotune_chosen(const std::string& threads, const std::string& batch_size);
 
   // Prometheus text exposition format. busy and total slots are read at the scrape.
   std::string scrape(double busy_slots, double total_slots);
@@ -37,6 +43,10 @@ class AgentMetrics {
   prometheus::Gauge& slots_;
   prometheus::Gauge& prefill_tps_;
   prometheus::Gauge& decode_tps_;
+  prometheus::Family<prometheus::Gauge>& autotune_prefill_;
+  prometheus::Family<prometheus::Gauge>& autotune_decode_;
+  prometheus::Family<prometheus::Gauge>& autotune_seconds_;
+  prometheus::Family<prometheus::Gauge>& autotune_chosen_;
 };
 
 }  // namespace fg::agent

@@ -163,8 +163,8 @@ TEST(AgentConfigParse, EmptyFileSetsNothing) {
 
 TEST(AgentConfigErrors, UnknownKeysNameLineAndSuggest) {
   EXPECT_TRUE(fails_with("model: m\nslot: 2\n", 2, "slot", "unknown key; did you mean 'slots'?"));
-  EXPECT_TRUE(fails_with("model: m\nengine:\n  kind: sim\n  autotune: true\n", 4, "engine.autotune",
-                         "unknown key"));
+  EXPECT_TRUE(fails_with("model: m\nengine:\n  kind: sim\n  auto_tune: true\n", 4,
+                         "engine.auto_tune", "unknown key; did you mean 'autotune'?"));
   EXPECT_TRUE(fails_with("model: m\ngateway:\n  url: http://g:1\n  heartbeat: 5s\n", 4,
                          "gateway.heartbeat", "unknown key"));
   EXPECT_TRUE(fails_with("model: m\nlog: {lvl: debug}\n", 2, "log.lvl", "did you mean 'level'"));

@@ -14,7 +14,7 @@ namespace fg::net {
 
 namespace {
 
-constexpr std::size_t kReadChunk = 16 * 1024;
+constexpr std::size_t kReadChunk = 4 * 1024;
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 bool iequals(std::string_view a, std::string_view b) {
@@ -106,7 +106,9 @@ asio::awaitable<void> watch_client(Conn* conn, beast::flat_buffer* buffer, std::
       co_await forever.async_wait(asio::as_tuple(asio::use_awaitable));
       co_return;
     }
-    auto [ec, n] = co_await conn->read_some(buffer->prepare(cap - buffer->size()));
+    // Small reads: a watched connection usually receives nothing, and each one holds this buffer.
+    auto [ec, n] =
+        co_await conn->read_some(buffer->prepare(std::min<std::size_t>(512, cap - buffer->size())));
     if (ec) {
       co_return;
     }

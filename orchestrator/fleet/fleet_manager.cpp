@@ -132,8 +132,11 @@ void FleetManager::apply(const std::optional<health::Transition>& transition) {
     return;
   }
   auto replica = registry_.find(transition->id);
-  const std::string name = replica ? replica->name : "r" + std::to_string(transition->id);
-  const std::string model = replica ? replica->model : "";
+  if (!replica) {
+    return;  // already forgotten: nothing routes to it and nothing to show
+  }
+  const std::string& name = replica->name;
+  const std::string& model = replica->model;
   log::info("replica state changed", {{"replica", name},
                                       {"model", model},
                                       {"from", health::to_string(transition->from)},

@@ -125,17 +125,44 @@ Metrics::Metrics()
   build_info_.Add({{"version", FLEETGATE_VERSION}}).Set(1);
 }
 
+// Family::Add builds and hashes a label map on every call; the per-request series are looked up
+// once and kept (series in these families are never removed, so the pointers stay valid).
+Metrics::ModelSeries& Metrics::model_series(const std::string& model) {
+  auto it = per_model_.find(model);
+  if (it != per_model_.end()) {
+    return it->second;
+  }
+  ModelSeries m;
+  m.duration = &duration_.Add({{"model", model}}, latency_buckets());
+  m.queue_wait = &queue_wait_.Add({{"model", model}}, latency_buckets());
+  m.ttfb = &ttfb_.Add({{"model", model}}, latency_buckets());
+  m.prompt_tokens = &tokens_.Add({{"model", model}, {"kind", "prompt"}});
+  m.completion_tokens = &tokens_.Add({{"model", model}, {"kind", "completion"}});
+  return per_model_.emplace(model, m).first->second;
+}
+
 void Metrics::request_done(const std::string& model, const std::string& endpoint, unsigned code,
                            double duration_s, double queue_wait_s, double ttfb_s) {
-  requests_.Add({{"model", model}, {"endpoint", endpoint}, {"code", std::to_string(code)}})
-      .Increment();
+  std::string key = model;
+  key += '\n';
+  key += endpoint;
+  key += '\n';
+  key += std::to_string(code);
+  auto it = requests_by_key_.find(key);
+  if (it == requests_by_key_.end()) {
+    auto* counter =
+        &requests_.Add({{"model", model}, {"endpoint", endpoint}, {"code", std::to_string(code)}});
+    it = requests_by_key_.emplace(std::move(key), counter).first;
+  }
+  it->second->Increment();
   if (model.empty()) {
     return;
   }
-  duration_.Add({{"model", model}}, latency_buckets()).Observe(duration_s);
-  queue_wait_.Add({{"model", model}}, latency_buckets()).Observe(queue_wait_s);
+  auto& series = model_series(model);
+  series.duration->Observe(duration_s);
+  series.queue_wait->Observe(queue_wait_s);
   if (ttfb_s >= 0) {
-    ttfb_.Add({{"model", model}}, latency_buckets()).Observe(ttfb_s);
+    series.ttfb->Observe(ttfb_s);
   }
 }
 
@@ -152,7 +179,14 @@ void Metrics::queue_rejection(const std::string& model, const std::string& reaso
 }
 
 void Metrics::tokens(const std::string& model, const std::string& kind, double count) {
-  tokens_.Add({{"model", model}, {"kind", kind}}).Increment(count);
+  auto& series = model_series(model);
+  if (kind == "prompt") {
+    series.prompt_tokens->Increment(count);
+  } else if (kind == "completion") {
+    series.completion_tokens->Increment(count);
+  } else {
+    tokens_.Add({{"model", model}, {"kind", kind}}).Increment(count);
+  }
 }
 
 void Metrics::set_queue_depth(const std::string& model, double depth) {

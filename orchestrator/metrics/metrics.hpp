@@ -5,6 +5,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -56,6 +57,14 @@ class Metrics {
 
  private:
   void update_process();
+  struct ModelSeries {
+    prometheus::Histogram* duration = nullptr;
+    prometheus::Histogram* queue_wait = nullptr;
+    prometheus::Histogram* ttfb = nullptr;
+    prometheus::Counter* prompt_tokens = nullptr;
+    prometheus::Counter* completion_tokens = nullptr;
+  };
+  ModelSeries& model_series(const std::string& model);
 
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& requests_;
@@ -84,6 +93,8 @@ class Metrics {
   double cpu_seen_ = 0;
   // What to remove when a replica leaves: its label sets, by family.
   std::map<std::string, std::set<std::string>> replica_outcomes_;
+  std::unordered_map<std::string, ModelSeries> per_model_;
+  std::unordered_map<std::string, prometheus::Counter*> requests_by_key_;
 };
 
 }  // namespace fg::metrics

@@ -302,6 +302,9 @@ void log_request(ProxyContext* ctx, const ClientWriter& writer, const RequestRec
     ctx->metrics->tokens(record.model, "completion",
                          static_cast<double>(*record.completion_tokens));
   }
+  if (!log::enabled(log::Level::info)) {
+    return;  // the record below costs more than the rest of a request's bookkeeping
+  }
   log::info(
       "request",
       {{"request_id", writer.request_id()},

@@ -15,7 +15,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr std::size_t kReadChunk = 16 * 1024;
+// Small reads keep memory per open stream low; whole answers grow the buffer as needed.
+constexpr std::size_t kReadChunk = 4 * 1024;
 constexpr std::uint64_t kMaxWholeBody = 64ull * 1024 * 1024;
 constexpr std::uint64_t kMaxErrorBody = 1024 * 1024;
 // Idle pooled connections older than this are not reused (llama.cpp's server closes idle
@@ -77,11 +78,32 @@ void scan_usage(const nlohmann::json& doc, ExchangeResult& result) {
   }
 }
 
+// Reads "usage" from an answer without parsing the whole answer (it may be long): finds the
+// member's object and parses just that. A "usage" key inside a string value is escaped (\"), so
+// the exact text "usage": can only be a member name.
 void scan_usage_text(std::string_view text, ExchangeResult& result) {
-  if (text.find("\"usage\"") == std::string_view::npos) {
-    return;
+  for (auto at = text.find("\"usage\""); at != std::string_view::npos;
+       at = text.find("\"usage\"", at + 1)) {
+    auto open = text.find_first_not_of(" \t\r\n", at + 7);
+    if (open == std::string_view::npos || text[open] != ':') {
+      continue;
+    }
+    open = text.find_first_not_of(" \t\r\n", open + 1);
+    if (open == std::string_view::npos || text[open] != '{') {
+      continue;
+    }
+    // The usage object holds numbers and nested objects only: its end is the matching brace.
+    int depth = 0;
+    for (auto i = open; i < text.size(); ++i) {
+      if (text[i] == '{') {
+        ++depth;
+      } else if (text[i] == '}' && --depth == 0) {
+        auto usage = nlohmann::json::parse(text.substr(open, i - open + 1), nullptr, false);
+        scan_usage(nlohmann::json{{"usage", std::move(usage)}}, result);
+        return;
+      }
+    }
   }
-  scan_usage(nlohmann::json::parse(text, nullptr, false), result);
 }
 
 std::string error_message_from(std::string_view body, unsigned status) {

@@ -75,6 +75,10 @@ void write(Level level, std::string_view msg, std::initializer_list<Field> field
   if (!enabled(level)) {
     return;
   }
+  write_always(level, msg, fields);
+}
+
+void write_always(Level level, std::string_view msg, std::initializer_list<Field> fields) {
   // Logging must never take the process down, whatever the fields hold.
   try {
     nlohmann::ordered_json line = {{"ts", timestamp()}, {"level", level_name(level)}, {"msg", msg}};

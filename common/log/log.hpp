@@ -19,10 +19,21 @@ void set_level(Level level);
 bool parse_level(std::string_view text, Level* out);
 bool enabled(Level level);
 void write(Level level, std::string_view msg, std::initializer_list<Field> fields = {});
+// Written whatever the threshold: start-up facts an operator or a script needs even at
+// log.level warn (the addresses a listener bound, which matter when the port was 0).
+void write_always(Level level, std::string_view msg, std::initializer_list<Field> fields = {});
 
-inline void debug(std::string_view m, std::initializer_list<Field> f = {}) { write(Level::debug, m, f); }
-inline void info(std::string_view m, std::initializer_list<Field> f = {}) { write(Level::info, m, f); }
-inline void warn(std::string_view m, std::initializer_list<Field> f = {}) { write(Level::warn, m, f); }
-inline void error(std::string_view m, std::initializer_list<Field> f = {}) { write(Level::error, m, f); }
+inline void debug(std::string_view m, std::initializer_list<Field> f = {}) {
+  write(Level::debug, m, f);
+}
+inline void info(std::string_view m, std::initializer_list<Field> f = {}) {
+  write(Level::info, m, f);
+}
+inline void warn(std::string_view m, std::initializer_list<Field> f = {}) {
+  write(Level::warn, m, f);
+}
+inline void error(std::string_view m, std::initializer_list<Field> f = {}) {
+  write(Level::error, m, f);
+}
 
 }  // namespace fg::log

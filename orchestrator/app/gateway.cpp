@@ -220,13 +220,15 @@ int Gateway::run() {
   }
   public_listener_->start();
   admin_listener_->start();
-  log::info("listening", {{"listener", "public"},
-                          {"address", config_.server.listen.host + ":" +
-                                          std::to_string(public_listener_->port())},
-                          {"tls", config_.server.tls.enabled()}});
-  log::info("listening", {{"listener", "admin"},
-                          {"address", config_.admin.listen.host + ":" +
-                                          std::to_string(admin_listener_->port())}});
+  log::write_always(
+      log::Level::info, "listening",
+      {{"listener", "public"},
+       {"address", config_.server.listen.host + ":" + std::to_string(public_listener_->port())},
+       {"tls", config_.server.tls.enabled()}});
+  log::write_always(
+      log::Level::info, "listening",
+      {{"listener", "admin"},
+       {"address", config_.admin.listen.host + ":" + std::to_string(admin_listener_->port())}});
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (!ec) {
       begin_shutdown(sig);

@@ -149,18 +149,18 @@ int Agent::run() {
   nlohmann::json time_scale = ctx_->profile ? nlohmann::json(cfg.engine.time_scale) : nullptr;
   nlohmann::json engine_url =
       ctx_->profile ? nlohmann::json(nullptr) : nlohmann::json(cfg.engine.url.to_string());
-  log::info("listening",
-            {{"listener", "agent"},
-             {"address", net::HostPort{cfg.listen.host, listener_->port()}.to_string()},
-             {"tls", cfg.tls.enabled()},
-             {"model", cfg.model},
-             {"engine", to_string(cfg.engine.kind)},
-             {"profile", profile},
-             {"time_scale", time_scale},
-             {"engine_url", engine_url},
-             {"slots", ctx_->admission.total()},
-             {"api_key", !ctx_->api_key.empty()},
-             {"gateway", cfg.gateway.enabled() ? cfg.gateway.url : ""}});
+  log::write_always(log::Level::info, "listening",
+                    {{"listener", "agent"},
+                     {"address", net::HostPort{cfg.listen.host, listener_->port()}.to_string()},
+                     {"tls", cfg.tls.enabled()},
+                     {"model", cfg.model},
+                     {"engine", to_string(cfg.engine.kind)},
+                     {"profile", profile},
+                     {"time_scale", time_scale},
+                     {"engine_url", engine_url},
+                     {"slots", ctx_->admission.total()},
+                     {"api_key", !ctx_->api_key.empty()},
+                     {"gateway", cfg.gateway.enabled() ? cfg.gateway.url : ""}});
   if (engine_) {
     engine_->start();
   }

@@ -7,8 +7,8 @@
 // as soon as the previous answer ended, on one epoll loop per thread. It times every request from
 // the first byte written to the last byte read, and for event streams the response head, the first
 // SSE event and the gap between consecutive events (an event is complete at its blank line). Only
-// answers that end inside the measured window [warmup, warmup + duration] count; after the window no
-// new request starts and answers still running get `--grace` seconds to end. It prints one JSON
+// answers that end inside the measured window [warmup, warmup + duration] count; after the window
+// no new request starts and answers still running get `--grace` seconds to end. It prints one JSON
 // object on stdout (percentiles in milliseconds).
 //
 // `serve` is a fake replica: GET .../health answers {"status":"ok"}; a POST whose body says
@@ -107,8 +107,10 @@ bool iequals_prefix(std::string_view text, std::string_view prefix) {
 }
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -138,7 +140,8 @@ Summary summarize(std::vector<double>& v) {
   }
   std::sort(v.begin(), v.end());
   double sum = 0;
-  for (double x : v) sum += x;
+  for (double x : v)
+    sum += x;
   s.mean = sum / static_cast<double>(v.size());
   s.p50 = percentile(v, 0.50);
   s.p90 = percentile(v, 0.90);
@@ -173,8 +176,8 @@ struct RunOptions {
   double duration = 5;
   double warmup = 0;
   double grace = 5;
-  long long requests = 0;  // total cap (0 = none)
-  bool once = false;       // one request per connection, then close it
+  long long requests = 0;   // total cap (0 = none)
+  bool once = false;        // one request per connection, then close it
   double connect_rate = 0;  // new connections per second (0 = all at once)
   bool progress = false;
   double max_time = 600;  // hard bound on the whole run
@@ -203,7 +206,7 @@ struct ClientConn {
   int fd = -1;
   CState state = CState::idle;
   std::size_t wpos = 0;
-  std::string in;      // unparsed input
+  std::string in;  // unparsed input
   std::size_t ipos = 0;
   // response parsing
   bool head_done = false;
@@ -229,10 +232,12 @@ class Client {
       : opt_(opt), shared_(shared), tid_(tid), ids_(std::move(conn_ids)), t0_(t0) {
     request_ = opt_.method + " " + opt_.path + " HTTP/1.1\r\nHost: " + opt_.host_header +
                "\r\nUser-Agent: fgload\r\nAccept: */*\r\n";
-    for (const auto& h : opt_.headers) request_ += h + "\r\n";
+    for (const auto& h : opt_.headers)
+      request_ += h + "\r\n";
     if (!opt_.body.empty() || opt_.method == "POST") {
-      request_ += "Content-Type: application/json\r\nContent-Length: " +
-                  std::to_string(opt_.body.size()) + "\r\n";
+      request_ +=
+          "Content-Type: application/json\r\nContent-Length: " + std::to_string(opt_.body.size()) +
+          "\r\n";
     }
     request_ += "\r\n" + opt_.body;
     warm_end_ = t0_ + static_cast<i64>(opt_.warmup * 1e9);
@@ -244,7 +249,8 @@ class Client {
 
   void run() {
     ep_ = epoll_create1(0);
-    if (ep_ < 0) die("epoll_create1 failed");
+    if (ep_ < 0)
+      die("epoll_create1 failed");
     std::vector<epoll_event> events(1024);
     std::size_t next_to_open = 0;
     char buf[65536];
@@ -257,8 +263,10 @@ class Client {
           when = t0_ + static_cast<i64>(static_cast<double>(ids_[next_to_open]) /
                                         opt_.connect_rate * 1e9);
         }
-        if (when > now) break;
-        if (now < deadline_ && budget_left()) start_connection(next_to_open, now);
+        if (when > now)
+          break;
+        if (now < deadline_ && budget_left())
+          start_connection(next_to_open, now);
         ++next_to_open;
       }
       if (!reconnects_.empty()) {
@@ -270,22 +278,28 @@ class Client {
             continue;
           }
           c.reconnect_at = 0;
-          if (now < deadline_ && budget_left()) start_connection(i, now);
+          if (now < deadline_ && budget_left())
+            start_connection(i, now);
         }
         reconnects_.swap(later);
       }
-      if (now >= hard_end_) break;
+      if (now >= hard_end_)
+        break;
       const bool idle = live_ == 0 && reconnects_.empty();
-      if (idle && (next_to_open >= conns_.size() || now >= deadline_)) break;
+      if (idle && (next_to_open >= conns_.size() || now >= deadline_))
+        break;
       int timeout_ms = 100;
-      if (next_to_open < conns_.size() && opt_.connect_rate > 0) timeout_ms = 1;
-      if (!reconnects_.empty()) timeout_ms = std::min(timeout_ms, 10);
+      if (next_to_open < conns_.size() && opt_.connect_rate > 0)
+        timeout_ms = 1;
+      if (!reconnects_.empty())
+        timeout_ms = std::min(timeout_ms, 10);
       int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), timeout_ms);
       now = now_ns();
       for (int k = 0; k < n; ++k) {
         std::size_t i = events[k].data.u64;
         auto& c = conns_[i];
-        if (c.fd < 0) continue;
+        if (c.fd < 0)
+          continue;
         std::uint32_t ev = events[k].events;
         if (c.state == CState::connecting) {
           int err = 0;
@@ -302,24 +316,30 @@ class Client {
         }
         if (c.state == CState::writing && (ev & EPOLLOUT)) {
           write_some(i, now);
-          if (c.fd < 0) continue;
+          if (c.fd < 0)
+            continue;
         }
         if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
           for (;;) {
             ssize_t got = recv(c.fd, buf, sizeof(buf), 0);
             if (got > 0) {
               now = now_ns();
-              if (!consume(i, buf, static_cast<std::size_t>(got), now)) break;
-              if (static_cast<std::size_t>(got) < sizeof(buf)) break;
+              if (!consume(i, buf, static_cast<std::size_t>(got), now))
+                break;
+              if (static_cast<std::size_t>(got) < sizeof(buf))
+                break;
               continue;
             }
             if (got == 0) {
               on_eof(i, now);
               break;
             }
-            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-            if (errno == EINTR) continue;
-            if (c.state == CState::reading || c.state == CState::writing) stats_.errors_reset++;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+              break;
+            if (errno == EINTR)
+              continue;
+            if (c.state == CState::reading || c.state == CState::writing)
+              stats_.errors_reset++;
             fail(i, now);
             break;
           }
@@ -331,7 +351,8 @@ class Client {
         if (c.state == CState::reading || c.state == CState::writing ||
             c.state == CState::connecting)
           stats_.unfinished++;
-        if (c.counted_open) shared_->open_streams--;
+        if (c.counted_open)
+          shared_->open_streams--;
         close(c.fd);
         c.fd = -1;
         shared_->active_conns--;
@@ -345,7 +366,8 @@ class Client {
  private:
   bool budget_left() const { return opt_.requests <= 0 || shared_->budget.load() > 0; }
   bool take_budget() {
-    if (opt_.requests <= 0) return true;
+    if (opt_.requests <= 0)
+      return true;
     return shared_->budget.fetch_sub(1) > 0;
   }
 
@@ -459,7 +481,8 @@ class Client {
       finish(i, now);  // a close-delimited body ends here
       return;
     }
-    if (c.state == CState::reading || c.state == CState::writing) stats_.errors_eof++;
+    if (c.state == CState::reading || c.state == CState::writing)
+      stats_.errors_eof++;
     fail(i, now);
   }
 
@@ -477,7 +500,8 @@ class Client {
   void body_bytes(ClientConn& c, const char* p, std::size_t n, i64 now) {
     for (std::size_t k = 0; k < n; ++k) {
       char ch = p[k];
-      if (ch == '\r') continue;
+      if (ch == '\r')
+        continue;
       if (ch == '\n') {
         if (c.prev_newline) {
           on_event(c, now);
@@ -496,7 +520,8 @@ class Client {
     auto& c = conns_[i];
     if (c.state != CState::reading) {
       // Bytes before we finished writing (an early answer): keep them.
-      if (c.state != CState::writing) return true;
+      if (c.state != CState::writing)
+        return true;
     }
     c.in.append(data, n);
     for (;;) {
@@ -522,7 +547,8 @@ class Client {
         if (c.status == 200 && (c.chunked || c.content_length < 0)) {
           c.counted_open = true;
           long long open = ++shared_->open_streams;
-          if (open > stats_.max_open) stats_.max_open = open;
+          if (open > stats_.max_open)
+            stats_.max_open = open;
         }
         if (!c.chunked && c.content_length == 0) {
           return complete(i, now);
@@ -541,7 +567,8 @@ class Client {
         body_bytes(c, p, take, now);
         c.remaining -= static_cast<long long>(take);
         c.ipos += take;
-        if (c.remaining == 0) return complete(i, now);
+        if (c.remaining == 0)
+          return complete(i, now);
         compact(c);
         return true;
       }
@@ -571,7 +598,8 @@ class Client {
         body_bytes(c, p, take, now);
         c.remaining -= static_cast<long long>(take);
         c.ipos += take;
-        if (c.remaining == 0) c.chunk_phase = 2;
+        if (c.remaining == 0)
+          c.chunk_phase = 2;
         continue;
       }
       if (c.chunk_phase == 2) {
@@ -591,7 +619,8 @@ class Client {
       }
       bool empty = eol == c.ipos;
       c.ipos = eol + 2;
-      if (empty) return complete(i, now);
+      if (empty)
+        return complete(i, now);
     }
   }
 
@@ -608,16 +637,19 @@ class Client {
   bool parse_head(ClientConn& c, std::string_view head) {
     auto eol = head.find("\r\n");
     std::string_view status_line = head.substr(0, eol);
-    if (status_line.size() < 12 || status_line.substr(0, 5) != "HTTP/") return false;
+    if (status_line.size() < 12 || status_line.substr(0, 5) != "HTTP/")
+      return false;
     c.status = std::atoi(std::string(status_line.substr(9, 3)).c_str());
-    if (eol == std::string_view::npos) return true;
+    if (eol == std::string_view::npos)
+      return true;
     std::string_view rest = head.substr(eol + 2);
     while (!rest.empty()) {
       auto e = rest.find("\r\n");
       std::string_view line = rest.substr(0, e);
       rest = e == std::string_view::npos ? std::string_view() : rest.substr(e + 2);
       auto colon = line.find(':');
-      if (colon == std::string_view::npos) continue;
+      if (colon == std::string_view::npos)
+        continue;
       std::string_view name = line.substr(0, colon);
       std::string_view value = trim(line.substr(colon + 1));
       if (name.size() == 14 && iequals_prefix(name, "content-length")) {
@@ -629,7 +661,8 @@ class Client {
         c.close_after = iequals_prefix(value, "close");
       }
     }
-    if (c.chunked) c.content_length = -1;
+    if (c.chunked)
+      c.content_length = -1;
     return true;
   }
 
@@ -654,7 +687,8 @@ class Client {
           stats_.first_event.push_back(static_cast<double>(c.t_first - c.t_start) / 1e6);
           stats_.events += static_cast<long long>(c.gaps.size()) + 1;
           stats_.gap.insert(stats_.gap.end(), c.gaps.begin(), c.gaps.end());
-          for (double g : c.gaps) stats_.gaps_under_1ms += g < 1.0 ? 1 : 0;
+          for (double g : c.gaps)
+            stats_.gaps_under_1ms += g < 1.0 ? 1 : 0;
         }
       }
     }
@@ -697,37 +731,59 @@ int cmd_run(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
-      if (i + 1 >= argc) die("missing value after " + a);
+      if (i + 1 >= argc)
+        die("missing value after " + a);
       return argv[++i];
     };
-    if (a == "--url") url = next();
-    else if (a == "--body") opt.body = next();
-    else if (a == "--body-file") opt.body = read_file(next());
-    else if (a == "--method") opt.method = next();
-    else if (a == "--header") opt.headers.push_back(next());
-    else if (a == "--connections" || a == "-c") opt.connections = std::atoi(next().c_str());
-    else if (a == "--threads" || a == "-t") opt.threads = std::atoi(next().c_str());
-    else if (a == "--duration" || a == "-d") opt.duration = std::atof(next().c_str());
-    else if (a == "--warmup") opt.warmup = std::atof(next().c_str());
-    else if (a == "--grace") opt.grace = std::atof(next().c_str());
-    else if (a == "--requests") opt.requests = std::atoll(next().c_str());
-    else if (a == "--once") opt.once = true;
-    else if (a == "--connect-rate") opt.connect_rate = std::atof(next().c_str());
-    else if (a == "--progress") opt.progress = true;
-    else if (a == "--max-time") opt.max_time = std::atof(next().c_str());
-    else die("unknown option " + a);
+    if (a == "--url")
+      url = next();
+    else if (a == "--body")
+      opt.body = next();
+    else if (a == "--body-file")
+      opt.body = read_file(next());
+    else if (a == "--method")
+      opt.method = next();
+    else if (a == "--header")
+      opt.headers.push_back(next());
+    else if (a == "--connections" || a == "-c")
+      opt.connections = std::atoi(next().c_str());
+    else if (a == "--threads" || a == "-t")
+      opt.threads = std::atoi(next().c_str());
+    else if (a == "--duration" || a == "-d")
+      opt.duration = std::atof(next().c_str());
+    else if (a == "--warmup")
+      opt.warmup = std::atof(next().c_str());
+    else if (a == "--grace")
+      opt.grace = std::atof(next().c_str());
+    else if (a == "--requests")
+      opt.requests = std::atoll(next().c_str());
+    else if (a == "--once")
+      opt.once = true;
+    else if (a == "--connect-rate")
+      opt.connect_rate = std::atof(next().c_str());
+    else if (a == "--progress")
+      opt.progress = true;
+    else if (a == "--max-time")
+      opt.max_time = std::atof(next().c_str());
+    else
+      die("unknown option " + a);
   }
-  if (url.rfind("http://", 0) != 0) die("--url must start with http://");
+  if (url.rfind("http://", 0) != 0)
+    die("--url must start with http://");
   std::string rest = url.substr(7);
   auto slash = rest.find('/');
   std::string hostport = slash == std::string::npos ? rest : rest.substr(0, slash);
   opt.path = slash == std::string::npos ? "/" : rest.substr(slash);
   opt.host_header = hostport;
-  if (!parse_hostport(hostport, &opt.addr)) die("bad host:port in --url: " + hostport);
-  if (opt.connections < 1 || opt.threads < 1) die("--connections and --threads must be >= 1");
+  if (!parse_hostport(hostport, &opt.addr))
+    die("bad host:port in --url: " + hostport);
+  if (opt.connections < 1 || opt.threads < 1)
+    die("--connections and --threads must be >= 1");
   opt.threads = std::min(opt.threads, opt.connections);
-  if (opt.method == "GET") opt.body.clear();
-  if (opt.requests > 0) opt.duration = std::max(opt.duration, opt.max_time);
+  if (opt.method == "GET")
+    opt.body.clear();
+  if (opt.requests > 0)
+    opt.duration = std::max(opt.duration, opt.max_time);
 
   signal(SIGPIPE, SIG_IGN);
   Shared shared;
@@ -738,7 +794,8 @@ int cmd_run(int argc, char** argv) {
   std::vector<std::unique_ptr<Client>> clients;
   for (int t = 0; t < opt.threads; ++t) {
     std::vector<int> ids;
-    for (int k = t; k < opt.connections; k += opt.threads) ids.push_back(k);
+    for (int k = t; k < opt.connections; k += opt.threads)
+      ids.push_back(k);
     clients.push_back(std::make_unique<Client>(opt, &shared, t, std::move(ids), t0));
   }
   std::atomic<bool> finished{false};
@@ -746,8 +803,10 @@ int cmd_run(int argc, char** argv) {
   if (opt.progress) {
     reporter = std::thread([&] {
       while (!finished.load()) {
-        for (int k = 0; k < 10 && !finished.load(); ++k) usleep(100000);
-        if (finished.load()) break;
+        for (int k = 0; k < 10 && !finished.load(); ++k)
+          usleep(100000);
+        if (finished.load())
+          break;
         std::fprintf(stderr,
                      "{\"t\":%.1f,\"connected\":%lld,\"open_streams\":%lld,\"done\":%lld,"
                      "\"conns\":%lld}\n",
@@ -758,10 +817,13 @@ int cmd_run(int argc, char** argv) {
     });
   }
   std::vector<std::thread> threads;
-  for (auto& c : clients) threads.emplace_back([&c] { c->run(); });
-  for (auto& th : threads) th.join();
+  for (auto& c : clients)
+    threads.emplace_back([&c] { c->run(); });
+  for (auto& th : threads)
+    th.join();
   finished = true;
-  if (reporter.joinable()) reporter.join();
+  if (reporter.joinable())
+    reporter.join();
   const i64 t_end = now_ns();
   rusage ru1{};
   getrusage(RUSAGE_SELF, &ru1);
@@ -775,7 +837,8 @@ int cmd_run(int argc, char** argv) {
     all.head.insert(all.head.end(), s.head.begin(), s.head.end());
     all.first_event.insert(all.first_event.end(), s.first_event.begin(), s.first_event.end());
     all.gap.insert(all.gap.end(), s.gap.begin(), s.gap.end());
-    for (auto& [k, v] : s.status) all.status[k] += v;
+    for (auto& [k, v] : s.status)
+      all.status[k] += v;
     all.errors_connect += s.errors_connect;
     all.errors_reset += s.errors_reset;
     all.errors_eof += s.errors_eof;
@@ -792,7 +855,8 @@ int cmd_run(int argc, char** argv) {
   long long ok = static_cast<long long>(all.latency.size());
   std::string status_json = "{";
   for (auto& [k, v] : all.status) {
-    if (status_json.size() > 1) status_json += ",";
+    if (status_json.size() > 1)
+      status_json += ",";
     status_json += "\"" + std::to_string(k) + "\":" + std::to_string(v);
   }
   status_json += "}";
@@ -828,15 +892,17 @@ struct ServeOptions {
 };
 
 volatile sig_atomic_t g_stop = 0;
-void on_signal(int) { g_stop = 1; }
+void on_signal(int) {
+  g_stop = 1;
+}
 
 struct ServerConn {
   int fd = -1;
   std::uint32_t gen = 0;
   std::string in;
   std::string out;
-  bool busy = false;       // answering a request
-  int chunks_left = 0;     // stream events still to send
+  bool busy = false;    // answering a request
+  int chunks_left = 0;  // stream events still to send
   bool want_close = false;
 };
 
@@ -905,25 +971,31 @@ class Server {
           continue;
         }
         int fd = static_cast<int>(events[k].data.u64);
-        if (fd >= static_cast<int>(conns_.size()) || conns_[fd].fd < 0) continue;
-        if (events[k].events & EPOLLOUT) flush(fd);
-        if (conns_[fd].fd < 0) continue;
+        if (fd >= static_cast<int>(conns_.size()) || conns_[fd].fd < 0)
+          continue;
+        if (events[k].events & EPOLLOUT)
+          flush(fd);
+        if (conns_[fd].fd < 0)
+          continue;
         if (events[k].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
           for (;;) {
             ssize_t got = recv(fd, buf, sizeof(buf), 0);
             if (got > 0) {
               conns_[fd].in.append(buf, static_cast<std::size_t>(got));
-              if (static_cast<std::size_t>(got) < sizeof(buf)) break;
+              if (static_cast<std::size_t>(got) < sizeof(buf))
+                break;
               continue;
             }
             if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
               drop(fd);
               break;
             }
-            if (errno == EINTR) continue;
+            if (errno == EINTR)
+              continue;
             break;
           }
-          if (conns_[fd].fd >= 0) handle_input(fd);
+          if (conns_[fd].fd >= 0)
+            handle_input(fd);
         }
       }
       now = now_ns();
@@ -948,9 +1020,11 @@ class Server {
   void accept_all() {
     for (;;) {
       int fd = accept4(lfd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;
+      if (fd < 0)
+        return;
       set_nodelay(fd);
-      if (fd >= static_cast<int>(conns_.size())) conns_.resize(fd + 1024);
+      if (fd >= static_cast<int>(conns_.size()))
+        conns_.resize(fd + 1024);
       auto& c = conns_[fd];
       std::uint32_t gen = c.gen + 1;
       c = ServerConn{};
@@ -965,7 +1039,8 @@ class Server {
 
   void drop(int fd) {
     auto& c = conns_[fd];
-    if (c.fd < 0) return;
+    if (c.fd < 0)
+      return;
     epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
     close(fd);
     c.fd = -1;
@@ -997,7 +1072,8 @@ class Server {
         epoll_ctl(ep_, EPOLL_CTL_MOD, fd, &ev);
         return;
       }
-      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EINTR)
+        continue;
       drop(fd);
       return;
     }
@@ -1011,7 +1087,8 @@ class Server {
         c.out.erase(0, static_cast<std::size_t>(n));
         continue;
       }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
       drop(fd);
       return;
     }
@@ -1024,10 +1101,12 @@ class Server {
   void handle_input(int fd) {
     for (;;) {
       auto& c = conns_[fd];
-      if (c.fd < 0 || c.busy) return;
+      if (c.fd < 0 || c.busy)
+        return;
       auto end = c.in.find("\r\n\r\n");
       if (end == std::string::npos) {
-        if (c.in.size() > 65536) drop(fd);
+        if (c.in.size() > 65536)
+          drop(fd);
         return;
       }
       std::string_view head(c.in.data(), end);
@@ -1042,7 +1121,8 @@ class Server {
         std::string_view line = rest.substr(0, e);
         rest = e == std::string_view::npos ? std::string_view() : rest.substr(e + 2);
         auto colon = line.find(':');
-        if (colon == std::string_view::npos) continue;
+        if (colon == std::string_view::npos)
+          continue;
         std::string_view name = line.substr(0, colon);
         std::string_view value = trim(line.substr(colon + 1));
         if (name.size() == 14 && iequals_prefix(name, "content-length")) {
@@ -1052,14 +1132,16 @@ class Server {
         }
       }
       std::size_t total = end + 4 + static_cast<std::size_t>(length);
-      if (c.in.size() < total) return;
+      if (c.in.size() < total)
+        return;
       std::string body = c.in.substr(end + 4, static_cast<std::size_t>(length));
       bool is_get = request_line.substr(0, 4) == "GET ";
       c.in.erase(0, total);
       c.want_close = close_after;
       if (is_get) {
         send_bytes(fd, health_reply_);
-        if (close_after) drop(fd);
+        if (close_after)
+          drop(fd);
         continue;
       }
       bool stream = body.find("\"stream\":true") != std::string::npos ||
@@ -1068,7 +1150,8 @@ class Server {
       c.busy = true;
       if (stream) {
         send_bytes(fd, stream_head_);
-        if (conns_[fd].fd < 0) return;
+        if (conns_[fd].fd < 0)
+          return;
         conns_[fd].chunks_left = std::max(1, opt_.chunks);
         timers_.push({now + static_cast<i64>(opt_.first_ms * 1e6), fd, conns_[fd].gen});
         return;
@@ -1080,7 +1163,8 @@ class Server {
       }
       c.busy = false;
       send_bytes(fd, json_reply_);
-      if (conns_[fd].fd >= 0 && close_after) drop(fd);
+      if (conns_[fd].fd >= 0 && close_after)
+        drop(fd);
     }
   }
 
@@ -1095,7 +1179,8 @@ class Server {
     } else {
       int left = c.chunks_left--;
       send_bytes(fd, left <= 1 ? stream_end_ : left == 2 ? stream_last_ : stream_chunk_);
-      if (conns_[fd].fd < 0) return;
+      if (conns_[fd].fd < 0)
+        return;
       if (left > 1) {
         timers_.push({now + static_cast<i64>(opt_.interval_ms * 1e6), fd, conns_[fd].gen});
         return;
@@ -1106,7 +1191,8 @@ class Server {
       drop(fd);
       return;
     }
-    if (conns_[fd].fd >= 0) handle_input(fd);
+    if (conns_[fd].fd >= 0)
+      handle_input(fd);
   }
 
   const ServeOptions& opt_;
@@ -1121,11 +1207,13 @@ int make_listener(const sockaddr_in& addr, bool reuseport) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (reuseport) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  if (reuseport)
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
   if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
     die(std::string("bind failed: ") + std::strerror(errno));
   }
-  if (listen(fd, 65535) != 0) die("listen failed");
+  if (listen(fd, 65535) != 0)
+    die("listen failed");
   return fd;
 }
 
@@ -1134,22 +1222,32 @@ int cmd_serve(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
-      if (i + 1 >= argc) die("missing value after " + a);
+      if (i + 1 >= argc)
+        die("missing value after " + a);
       return argv[++i];
     };
-    if (a == "--listen") opt.listen = next();
-    else if (a == "--chunks") opt.chunks = std::atoi(next().c_str());
-    else if (a == "--interval-ms") opt.interval_ms = std::atof(next().c_str());
-    else if (a == "--first-ms") opt.first_ms = std::atof(next().c_str());
-    else if (a == "--delay-ms") opt.delay_ms = std::atof(next().c_str());
-    else if (a == "--threads") opt.threads = std::max(1, std::atoi(next().c_str()));
-    else if (a == "--model") opt.model = next();
-    else die("unknown option " + a);
+    if (a == "--listen")
+      opt.listen = next();
+    else if (a == "--chunks")
+      opt.chunks = std::atoi(next().c_str());
+    else if (a == "--interval-ms")
+      opt.interval_ms = std::atof(next().c_str());
+    else if (a == "--first-ms")
+      opt.first_ms = std::atof(next().c_str());
+    else if (a == "--delay-ms")
+      opt.delay_ms = std::atof(next().c_str());
+    else if (a == "--threads")
+      opt.threads = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--model")
+      opt.model = next();
+    else
+      die("unknown option " + a);
   }
   sockaddr_in addr{};
-  if (!parse_hostport(opt.listen, &addr)) die("bad --listen " + opt.listen);
+  if (!parse_hostport(opt.listen, &addr))
+    die("bad --listen " + opt.listen);
   signal(SIGPIPE, SIG_IGN);
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
@@ -1158,7 +1256,8 @@ int cmd_serve(int argc, char** argv) {
   sockaddr_in bound{};
   socklen_t len = sizeof(bound);
   getsockname(fds[0], reinterpret_cast<sockaddr*>(&bound), &len);
-  for (int t = 1; t < opt.threads; ++t) fds.push_back(make_listener(bound, true));
+  for (int t = 1; t < opt.threads; ++t)
+    fds.push_back(make_listener(bound, true));
   char ip[64];
   inet_ntop(AF_INET, &bound.sin_addr, ip, sizeof(ip));
   std::fprintf(stderr, "{\"msg\":\"listening\",\"listener\":\"fgload\",\"address\":\"%s:%u\"}\n",
@@ -1166,12 +1265,14 @@ int cmd_serve(int argc, char** argv) {
   std::fflush(stderr);
   std::vector<std::unique_ptr<Server>> servers;
   std::vector<std::thread> threads;
-  for (int fd : fds) servers.push_back(std::make_unique<Server>(opt, fd));
+  for (int fd : fds)
+    servers.push_back(std::make_unique<Server>(opt, fd));
   for (std::size_t t = 1; t < servers.size(); ++t) {
     threads.emplace_back([&servers, t] { servers[t]->run(); });
   }
   servers[0]->run();
-  for (auto& th : threads) th.join();
+  for (auto& th : threads)
+    th.join();
   return 0;
 }
 
@@ -1179,17 +1280,20 @@ int cmd_serve(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    std::fprintf(stderr,
-                 "usage: fgload run --url http://HOST:PORT/PATH [--body JSON | --body-file F]\n"
-                 "         [--connections C] [--threads T] [--duration S] [--warmup S] [--grace S]\n"
-                 "         [--requests N] [--once] [--connect-rate R] [--progress] [--max-time S]\n"
-                 "         [--method GET|POST] [--header 'Name: value']...\n"
-                 "       fgload serve [--listen 127.0.0.1:0] [--chunks N] [--interval-ms I]\n"
-                 "         [--first-ms F] [--delay-ms D] [--threads T] [--model M]\n");
+    std::fprintf(
+        stderr,
+        "usage: fgload run --url http://HOST:PORT/PATH [--body JSON | --body-file F]\n"
+        "         [--connections C] [--threads T] [--duration S] [--warmup S] [--grace S]\n"
+        "         [--requests N] [--once] [--connect-rate R] [--progress] [--max-time S]\n"
+        "         [--method GET|POST] [--header 'Name: value']...\n"
+        "       fgload serve [--listen 127.0.0.1:0] [--chunks N] [--interval-ms I]\n"
+        "         [--first-ms F] [--delay-ms D] [--threads T] [--model M]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];
-  if (cmd == "run") return cmd_run(argc - 2, argv + 2);
-  if (cmd == "serve") return cmd_serve(argc - 2, argv + 2);
+  if (cmd == "run")
+    return cmd_run(argc - 2, argv + 2);
+  if (cmd == "serve")
+    return cmd_serve(argc - 2, argv + 2);
   die("unknown command " + cmd + " (run or serve)");
 }

@@ -11,7 +11,7 @@ namespace fg::sim {
 
 namespace {
 
-// Figures from /work/shared/context.md (a public field report: Snapdragon 8 Elite class phones,
+// Figures from shared/context.md (a public field report: Snapdragon 8 Elite class phones,
 // MNN engine). The 7,000-token prompt timings are the best measure of sustained prefill, so
 // prefill_tps is 7,000 / seconds; short prompts peak higher (85.2 tok/s on 9B), which we ignore.
 const std::vector<SimProfile> kProfiles = {

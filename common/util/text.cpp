@@ -50,3 +50,21 @@ bool is_env_name(std::string_view s) {
 }
 
 }  // namespace fg
+
+namespace fg {
+
+bool bearer_matches(std::string_view header, std::string_view token) {
+  constexpr std::string_view kBearer = "Bearer ";
+  if (token.empty() || header.size() != kBearer.size() + token.size() ||
+      header.substr(0, kBearer.size()) != kBearer) {
+    return false;
+  }
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < token.size(); ++i) {
+    diff |= static_cast<unsigned char>(header[kBearer.size() + i]) ^
+            static_cast<unsigned char>(token[i]);
+  }
+  return diff == 0;
+}
+
+}  // namespace fg

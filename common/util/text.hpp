@@ -15,3 +15,12 @@ std::string closest_word(std::string_view word, const std::vector<std::string>& 
 bool is_env_name(std::string_view s);
 
 }  // namespace fg
+
+namespace fg {
+
+// Whether an Authorization header is exactly "Bearer <token>". The bytes are compared in
+// constant time (no early exit), so the time taken does not reveal how much of a key matched.
+// An empty token never matches.
+bool bearer_matches(std::string_view header, std::string_view token);
+
+}  // namespace fg

@@ -2,11 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include <openssl/crypto.h>
 #include "common/net/http_io.hpp"
 
 #include "common/log/log.hpp"
 #include "common/openai/errors.hpp"
+#include "common/util/text.hpp"
 #include "orchestrator/fleet/fleet_manager.hpp"
 
 namespace fg::admin {
@@ -29,15 +29,6 @@ Reply error_reply(unsigned status, std::string message, std::string code) {
 
 Reply json_reply(unsigned status, const nlohmann::json& body) {
   return {status, "application/json", body.dump()};
-}
-
-bool bearer_matches(std::string_view header, const std::string& token) {
-  constexpr std::string_view kBearer = "Bearer ";
-  if (token.empty() || header.size() != kBearer.size() + token.size() ||
-      header.substr(0, kBearer.size()) != kBearer) {
-    return false;
-  }
-  return CRYPTO_memcmp(header.data() + kBearer.size(), token.data(), token.size()) == 0;
 }
 
 // /admin/v1/...: registration (its own token) and fleet management (the admin token).

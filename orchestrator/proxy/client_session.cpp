@@ -3,7 +3,6 @@
 #include <array>
 #include <random>
 
-#include <openssl/crypto.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -14,6 +13,8 @@
 #include "common/net/http_io.hpp"
 #include "common/openai/errors.hpp"
 #include "common/openai/inspect.hpp"
+#include "common/util/request_id.hpp"
+#include "common/util/text.hpp"
 #include "orchestrator/fleet/fleet_manager.hpp"
 #include "orchestrator/metrics/metrics.hpp"
 #include "orchestrator/proxy/client_writer.hpp"
@@ -33,20 +34,14 @@ constexpr std::size_t kHeaderLimit = 16 * 1024;
 // (and so stop noticing a disconnect) for that connection.
 constexpr std::size_t kPipelineCap = 64 * 1024;
 
-std::string new_request_id() {
-  static std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id(16, '0');
-  auto bits = rng();
-  for (auto& c : id) {
-    c = kHex[bits & 0xf];
-    bits >>= 4;
-  }
-  return id;
-}
-
 // Built outside co_await expressions: GCC 12 cannot keep braced lists of string literals in a
 // coroutine frame.
+// One generator for the process (a single thread uses it).
+std::mt19937_64& id_rng() {
+  static std::mt19937_64 rng{std::random_device{}()};
+  return rng;
+}
+
 std::vector<net::Header> one_header(std::string name, std::string value) {
   std::vector<net::Header> headers;
   headers.emplace_back(std::move(name), std::move(value));
@@ -57,42 +52,20 @@ std::vector<net::Header> retry_after_headers(std::string seconds) {
   return one_header("Retry-After", std::move(seconds));
 }
 
-bool valid_request_id(std::string_view id) {
-  if (id.empty() || id.size() > 64) {
-    return false;
-  }
-  for (char c : id) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
-      return false;
-    }
-  }
-  return true;
-}
-
 bool authorized(const ProxyContext& ctx, std::string_view header) {
   if (ctx.api_keys.empty()) {
     return true;
   }
-  constexpr std::string_view kBearer = "Bearer ";
-  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) {
-    return false;
-  }
-  auto presented = header.substr(kBearer.size());
   // Every key is compared, each in constant time, so timing reveals neither key nor position.
   bool ok = false;
   for (const auto& key : ctx.api_keys) {
-    if (key.size() == presented.size() &&
-        CRYPTO_memcmp(key.data(), presented.data(), key.size()) == 0) {
-      ok = true;
-    }
+    ok = bearer_matches(header, key) || ok;
   }
   return ok;
 }
 
-std::string model_object(const std::string& name) {
-  return nlohmann::json{
-      {"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "fleetgate"}}
-      .dump();
+nlohmann::json model_object(const std::string& name) {
+  return {{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "fleetgate"}};
 }
 
 // Sends ": keep-alive" comments while a streamed request waits (queue, first token). Never
@@ -328,7 +301,7 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
                                      boost::beast::flat_buffer* buffer, net::Request* request) {
   const auto start = Clock::now();
   auto given_id = (*request)["X-Request-Id"];
-  std::string request_id = valid_request_id(given_id) ? std::string(given_id) : new_request_id();
+  std::string request_id = request_id_for(given_id, id_rng());
   bool keep_alive = request->keep_alive() && !ctx->sessions->draining();
   ClientWriter writer(*conn, request_id, keep_alive, ctx->config->upstream.idle_timeout);
   RequestRecord record;
@@ -360,7 +333,7 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
     if (path == "/v1/models") {
       auto data = nlohmann::json::array();
       for (const auto& model : ctx->config->models) {
-        data.push_back(nlohmann::json::parse(model_object(model.name)));
+        data.push_back(model_object(model.name));
       }
       nlohmann::json list;
       list["object"] = "list";
@@ -371,7 +344,7 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
     std::string id(path.substr(11));
     for (const auto& model : ctx->config->models) {
       if (model.name == id) {
-        co_await writer.send_full(200, "application/json", model_object(model.name));
+        co_await writer.send_full(200, "application/json", model_object(model.name).dump());
         co_return finish();
       }
     }
@@ -503,7 +476,7 @@ asio::awaitable<void> run_client_session(ProxyContext* ctx, std::unique_ptr<net:
     }
     ctx->sessions->set_busy(tracked.id, true);
     if (outcome != net::ReadOutcome::ok) {
-      ClientWriter writer(*conn, new_request_id(), false, server.read_timeout);
+      ClientWriter writer(*conn, new_request_id(id_rng()), false, server.read_timeout);
       if (outcome == net::ReadOutcome::body_too_large) {
         co_await writer.send_error(413,
                                    "the request body exceeds server.max_body_bytes (" +

@@ -14,6 +14,8 @@
 #include "common/net/http_io.hpp"
 #include "common/openai/errors.hpp"
 #include "common/openai/inspect.hpp"
+#include "common/util/request_id.hpp"
+#include "common/util/text.hpp"
 #include "replica-agent/agent/sim_answer.hpp"
 #include "replica-agent/engines/proxy.hpp"
 
@@ -33,29 +35,6 @@ constexpr auto kReplyTimeout = std::chrono::seconds(10);
 // Bytes a client may pipeline while a request is answered before we stop reading (and so stop
 // noticing a disconnect) on that connection.
 constexpr std::size_t kPipelineCap = 64 * 1024;
-
-std::string new_request_id(std::mt19937_64& rng) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id(16, '0');
-  auto bits = rng();
-  for (auto& c : id) {
-    c = kHex[bits & 0xf];
-    bits >>= 4;
-  }
-  return id;
-}
-
-bool valid_request_id(std::string_view id) {
-  if (id.empty() || id.size() > 64) {
-    return false;
-  }
-  for (char c : id) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
-      return false;
-    }
-  }
-  return true;
-}
 
 // Built outside co_await expressions: GCC 12 cannot keep braced lists of string literals in a
 // coroutine frame.
@@ -125,19 +104,6 @@ Reply health_reply(const AgentContext& ctx) {
 }
 
 // Constant-time comparison of the request's bearer token with the configured key.
-bool bearer_matches(std::string_view header, const std::string& key) {
-  constexpr std::string_view kBearer = "Bearer ";
-  if (header.size() != kBearer.size() + key.size() || header.substr(0, kBearer.size()) != kBearer) {
-    return false;
-  }
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < key.size(); ++i) {
-    diff |=
-        static_cast<unsigned char>(header[kBearer.size() + i]) ^ static_cast<unsigned char>(key[i]);
-  }
-  return diff == 0;
-}
-
 asio::awaitable<bool> send_reply(net::Conn* conn, Reply reply, bool keep_alive) {
   conn->expires_after(kReplyTimeout);
   auto bytes =
@@ -356,8 +322,7 @@ asio::awaitable<bool> handle_request(AgentContext* ctx, net::Conn* conn,
                                      boost::beast::flat_buffer* buffer,
                                      const net::Request* request) {
   auto given_id = (*request)["X-Request-Id"];
-  std::string request_id =
-      valid_request_id(given_id) ? std::string(given_id) : new_request_id(ctx->id_rng);
+  std::string request_id = request_id_for(given_id, ctx->id_rng);
   const bool keep_alive = request->keep_alive() && !ctx->sessions.draining();
   std::string_view target(request->target().data(), request->target().size());
   std::string_view path = target.substr(0, target.find('?'));

@@ -30,3 +30,19 @@ TEST(TextEnvName, Rules) {
 
 }  // namespace
 }  // namespace fg
+
+namespace fg {
+namespace {
+
+TEST(TextBearer, ExactTokenOnly) {
+  EXPECT_TRUE(bearer_matches("Bearer sk-1", "sk-1"));
+  EXPECT_FALSE(bearer_matches("Bearer sk-2", "sk-1"));
+  EXPECT_FALSE(bearer_matches("Bearer sk-1x", "sk-1"));
+  EXPECT_FALSE(bearer_matches("bearer sk-1", "sk-1"));
+  EXPECT_FALSE(bearer_matches("Basic sk-1", "sk-1"));
+  EXPECT_FALSE(bearer_matches("Bearer ", ""));
+  EXPECT_FALSE(bearer_matches("", "sk-1"));
+}
+
+}  // namespace
+}  // namespace fg

@@ -12,44 +12,10 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 
 import { REPO_ROOT, makeTempDir, makeTestCerts, metricValue, removeDir, request } from './lib/gateway.mjs';
+import { startAgent, stopAgent } from './lib/agent.mjs';
 
 const AGENT_BIN = process.env.FLEETGATE_AGENT_BIN ?? path.join(REPO_ROOT, 'build/bin/fleetgate-agent');
 const MODEL = 'qwen3.5-test';
-
-// Starts an agent; resolves once it logged its "listening" line.
-async function startAgent(args, { env = {}, scheme = 'http' } = {}) {
-  const proc = spawn(AGENT_BIN, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
-  const logs = [];
-  const lines = createInterface({ input: proc.stderr });
-  const listening = new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('agent did not log "listening" in 5 s')), 5000);
-    lines.on('line', (line) => {
-      let entry;
-      try {
-        entry = JSON.parse(line);
-      } catch {
-        return;
-      }
-      logs.push(entry);
-      if (entry.msg === 'listening' && entry.listener === 'agent') {
-        clearTimeout(timer);
-        resolve(entry);
-      }
-    });
-    proc.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`agent exited early with code ${code}: ${JSON.stringify(logs)}`));
-    });
-  });
-  const line = await listening;
-  return { proc, logs, line, exited: once(proc, 'exit'), base: `${scheme}://${line.address}` };
-}
-
-function stopAgent(agent) {
-  if (agent && agent.proc.exitCode === null && agent.proc.signalCode === null) {
-    process.kill(agent.proc.pid, 'SIGKILL');
-  }
-}
 
 const chat = (content) => ({ model: MODEL, messages: [{ role: 'user', content }] });
 

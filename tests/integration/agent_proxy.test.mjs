@@ -16,35 +16,13 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 
 import { REPO_ROOT, eventually, makeTempDir, removeDir, request, sleep } from './lib/gateway.mjs';
+import { startAgent as launchAgent, stopAgent } from './lib/agent.mjs';
 
 const AGENT_BIN = process.env.FLEETGATE_AGENT_BIN ?? path.join(REPO_ROOT, 'build/bin/fleetgate-agent');
 const MODEL = 'qwen3.5-test';
 
-async function startAgent(args, env = {}) {
-  const proc = spawn(AGENT_BIN, ['--listen', '127.0.0.1:0', '--model', MODEL, ...args], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-    env: { ...process.env, ...env },
-  });
-  const logs = [];
-  createInterface({ input: proc.stderr }).on('line', (line) => {
-    try {
-      logs.push(JSON.parse(line));
-    } catch {
-      // the engine child's own output
-    }
-  });
-  const exited = once(proc, 'exit');
-  await eventually(() => logs.some((l) => l.msg === 'listening') || proc.exitCode !== null, { timeoutMs: 5000, what: 'the agent listening' });
-  const line = logs.find((l) => l.msg === 'listening');
-  assert.ok(line, `agent did not start: ${JSON.stringify(logs)}`);
-  return { proc, logs, exited, base: `http://${line.address}` };
-}
-
-function stopAgent(agent) {
-  if (agent && agent.proc.exitCode === null && agent.proc.signalCode === null) {
-    process.kill(agent.proc.pid, 'SIGKILL');
-  }
-}
+const startAgent = (args, env = {}) =>
+  launchAgent(['--listen', '127.0.0.1:0', '--model', MODEL, ...args], { env });
 
 const health = async (agent) => request(`${agent.base}/health`);
 const chat = (extra = {}) => ({ model: MODEL, messages: [{ role: 'user', content: 'RISK?' }], ...extra });

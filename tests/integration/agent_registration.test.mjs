@@ -15,9 +15,12 @@ import { createInterface } from 'node:readline';
 
 import { REPO_ROOT, eventually, request, sleep, startGateway } from './lib/gateway.mjs';
 import { ADMIN_TOKEN, FAST_HEALTH, REGISTRATION_TOKEN, TOKEN_ENV, replicaByUrl, waitForState } from './lib/lifecycle_util.mjs';
+import { startAgent as launchAgent, stopAgent } from './lib/agent.mjs';
 
 const AGENT_BIN = process.env.FLEETGATE_AGENT_BIN ?? path.join(REPO_ROOT, 'build/bin/fleetgate-agent');
 const MODEL = 'qwen3.5-test';
+
+const startAgent = (args, env = {}) => launchAgent(args, { env });
 
 // A port that was free a moment ago (the agent must know its public URL before it starts).
 async function freePort() {
@@ -28,30 +31,6 @@ async function freePort() {
   server.close();
   await once(server, 'close');
   return port;
-}
-
-async function startAgent(args, env = {}) {
-  const proc = spawn(AGENT_BIN, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
-  const logs = [];
-  const lines = createInterface({ input: proc.stderr });
-  lines.on('line', (line) => {
-    try {
-      logs.push(JSON.parse(line));
-    } catch {
-      // not ours
-    }
-  });
-  const exited = once(proc, 'exit');
-  await eventually(() => logs.some((l) => l.msg === 'listening') || proc.exitCode !== null, { timeoutMs: 5000, what: 'the agent listening' });
-  const line = logs.find((l) => l.msg === 'listening');
-  assert.ok(line, `agent did not start: ${JSON.stringify(logs)}`);
-  return { proc, logs, exited, base: `http://${line.address}` };
-}
-
-function stopAgent(agent) {
-  if (agent && agent.proc.exitCode === null && agent.proc.signalCode === null) {
-    process.kill(agent.proc.pid, 'SIGKILL');
-  }
 }
 
 const chat = (content = 'is this a fraud?') => ({ model: MODEL, messages: [{ role: 'user', content }] });

@@ -10,11 +10,14 @@ import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { startAgent as launchAgent, stopAgent } from './lib/agent.mjs';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const AGENT_BIN = process.env.FLEETGATE_AGENT_BIN ?? path.join(repoRoot, 'build/bin/fleetgate-agent');
 
 const MODEL = 'qwen3.5-test';
+
+const startAgent = (args) => launchAgent(['--listen', '127.0.0.1:0', '--model', MODEL, ...args]);
 // The profile table (replica-agent/engines/sim_model.cpp, docs/simulator.md) as the tests use it.
 const P9B = {
   name: 'qwen3.5-9b/snapdragon-8-elite',
@@ -24,46 +27,6 @@ const P9B = {
 };
 const P08B = { name: 'qwen3.5-0.8b/snapdragon-8-elite', slots: 4 };
 
-// ---------------------------------------------------------------------------------------------
-// Helpers
-
-// Starts an agent on a free port; resolves once it logged its "listening" line.
-async function startAgent(args) {
-  const proc = spawn(AGENT_BIN, ['--listen', '127.0.0.1:0', '--model', MODEL, ...args], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  const logs = [];
-  const lines = createInterface({ input: proc.stderr });
-  const listening = new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('agent did not log "listening" in 5 s')), 5000);
-    lines.on('line', (line) => {
-      let entry;
-      try {
-        entry = JSON.parse(line);
-      } catch {
-        return;
-      }
-      logs.push(entry);
-      if (entry.msg === 'listening' && entry.listener === 'agent') {
-        clearTimeout(timer);
-        resolve(entry.address);
-      }
-    });
-    proc.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`agent exited early with code ${code}`));
-    });
-  });
-  const address = await listening;
-  const exited = once(proc, 'exit');
-  return { proc, logs, exited, base: `http://${address}` };
-}
-
-function stopAgent(agent) {
-  if (agent && agent.proc.exitCode === null && agent.proc.signalCode === null) {
-    process.kill(agent.proc.pid, 'SIGKILL');
-  }
-}
 
 function chatBody(content, extra = {}) {
   return { model: MODEL, messages: [{ role: 'user', content }], ...extra };

@@ -22,6 +22,7 @@ import { createInterface } from 'node:readline';
 import { after, describe, test } from 'node:test';
 
 import { REPO_ROOT, eventually, makeTempDir, metricValue, removeDir, request, toYaml } from './lib/gateway.mjs';
+import { freePort, alive } from './lib/agent.mjs';
 
 const AGENT_BIN = process.env.FLEETGATE_AGENT_BIN || path.join(REPO_ROOT, 'build', 'bin', 'fleetgate-agent');
 const LLAMA_CACHE = process.env.FLEETGATE_LLAMA_CACHE || path.join(REPO_ROOT, '.cache', 'llama');
@@ -85,26 +86,6 @@ process.on('exit', () => {
     }
   }
 });
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-function alive(pid) {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 // llama-server's argv of a running process (to see the setting the agent chose).
 function cmdline(pid) {

@@ -15,23 +15,13 @@ import { createInterface } from 'node:readline';
 
 import { REPO_ROOT, eventually, request, sleep, startGateway } from './lib/gateway.mjs';
 import { ADMIN_TOKEN, FAST_HEALTH, REGISTRATION_TOKEN, TOKEN_ENV, replicaByUrl, waitForState } from './lib/lifecycle_util.mjs';
-import { startAgent as launchAgent, stopAgent } from './lib/agent.mjs';
+import { startAgent as launchAgent, stopAgent, freePort } from './lib/agent.mjs';
 
 const AGENT_BIN = process.env.FLEETGATE_AGENT_BIN ?? path.join(REPO_ROOT, 'build/bin/fleetgate-agent');
 const MODEL = 'qwen3.5-test';
 
 const startAgent = (args, env = {}) => launchAgent(args, { env });
 
-// A port that was free a moment ago (the agent must know its public URL before it starts).
-async function freePort() {
-  const server = net.createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address();
-  server.close();
-  await once(server, 'close');
-  return port;
-}
 
 const chat = (content = 'is this a fraud?') => ({ model: MODEL, messages: [{ role: 'user', content }] });
 

@@ -23,6 +23,7 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 
+import { alive, freePort } from './lib/agent.mjs';
 import {
   REPO_ROOT,
   eventually,
@@ -98,26 +99,6 @@ process.on('exit', () => {
     }
   }
 });
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-function alive(pid) {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 // The llama-server command line of one agent's engine: one thread (two engines share this
 // machine's cores with the gateway and the test), PARALLEL slots over CONTEXT tokens.

@@ -10,18 +10,10 @@ import { after, before, describe, test } from 'node:test';
 import { createInterface } from 'node:readline';
 
 import { REPO_ROOT, eventually, postJson, request, startGateway, stopChecked } from './lib/gateway.mjs';
+import { alive } from './lib/agent.mjs';
 
 const AGENT_BIN = process.env.FLEETGATE_AGENT_BIN || path.join(REPO_ROOT, 'build', 'bin', 'fleetgate-agent');
 const MODEL = 'local-m';
-
-function alive(pid) {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 async function replicas(gw) {
   const res = await request(`${gw.adminUrl}/admin/v1/replicas`);

@@ -2,6 +2,7 @@
 
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import net from 'node:net';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 
@@ -43,5 +44,27 @@ export async function startAgent(args, { env = {}, scheme = 'http' } = {}) {
 export function stopAgent(agent) {
   if (agent && agent.proc.exitCode === null && agent.proc.signalCode === null) {
     process.kill(agent.proc.pid, 'SIGKILL');
+  }
+}
+
+// A loopback port that was free a moment ago (for a process that must know its port up front).
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+// Whether a process with this PID still exists.
+export function alive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
   }
 }

@@ -4,13 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/util/json.hpp"
+
 namespace fg::openai {
 
 namespace {
-
-// Real requests nest a handful of levels (messages -> content parts -> ...). The cap keeps hostile
-// bodies from costing deep recursion anywhere the document is later walked or dumped.
-constexpr int kMaxDepth = 128;
 
 constexpr std::string_view kJsonMediaType = "application/json";
 
@@ -47,36 +45,6 @@ bool is_json_content_type(std::string_view content_type) {
   return iequals(trim(content_type.substr(0, semicolon)), kJsonMediaType);
 }
 
-// Bracket depth outside strings. Run before parsing so that depth is bounded whatever the parser
-// does internally; on malformed input the count may be off, but then the parser rejects it anyway.
-bool nesting_within_limit(std::string_view body) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxDepth) {
-        return false;
-      }
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 std::variant<RequestInfo, InspectError> inspect_request(std::string_view content_type,
@@ -87,9 +55,10 @@ std::variant<RequestInfo, InspectError> inspect_request(std::string_view content
   if (body.empty()) {
     return bad_request("invalid_json", "", "request body is empty; expected a JSON object");
   }
-  if (!nesting_within_limit(body)) {
-    return bad_request("invalid_json", "",
-                       "request body nests deeper than " + std::to_string(kMaxDepth) + " levels");
+  if (!json_depth_within(body)) {
+    return bad_request(
+        "invalid_json", "",
+        "request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
   nlohmann::json doc;
   try {

@@ -125,7 +125,7 @@ Reply route(AdminContext& ctx, const net::Request& request) {
   if (path == "/readyz") {
     nlohmann::json models = nlohmann::json::object();
     bool ready = false;
-    for (const auto& model : ctx.config->models) {
+    for (const auto& model : ctx.configs->current().models) {
       auto healthy = ctx.fleet->healthy_count(model.name);
       models[model.name] = healthy;
       ready = ready || healthy > 0;

@@ -18,7 +18,7 @@ class FleetManager;
 namespace fg::admin {
 
 struct AdminContext {
-  const config::Config* config = nullptr;
+  const config::ConfigSource* configs = nullptr;
   fleet::Registry* registry = nullptr;
   scheduling::Scheduler* scheduler = nullptr;
   metrics::Metrics* metrics = nullptr;

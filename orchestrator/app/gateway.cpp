@@ -39,62 +39,66 @@ asio::awaitable<void> serve_public(proxy::ProxyContext* ctx, std::unique_ptr<net
 }  // namespace
 
 Gateway::Gateway(config::Config config, std::string config_path)
-    : config_(std::move(config)),
+    : configs_(std::move(config)),
       config_path_(std::move(config_path)),
-      scheduler_(config_.routing.queue_max),
+      scheduler_(configs_.current().routing.queue_max),
       broker_(scheduler_),
       signals_(io_, SIGTERM, SIGINT),
       hangup_(io_, SIGHUP),
       drain_timer_(io_) {
-  upstream_tls_ = net::make_client_tls_context(config_.upstream.ca_file);
-  if (config_.server.tls.enabled()) {
-    public_tls_ = net::make_server_tls_context(config_.server.tls.cert, config_.server.tls.key);
+  const config::Config& current = configs_.current();
+  upstream_tls_ = net::make_client_tls_context(current.upstream.ca_file);
+  if (current.server.tls.enabled()) {
+    public_tls_ = net::make_server_tls_context(current.server.tls.cert, current.server.tls.key);
+  }
+  if (current.admin.tls.enabled()) {
+    admin_tls_ = net::make_server_tls_context(current.admin.tls.cert, current.admin.tls.key);
   }
 
-  proxy_ctx_.config = &config_;
+  proxy_ctx_.configs = &configs_;
   proxy_ctx_.broker = &broker_;
   proxy_ctx_.registry = &registry_;
   proxy_ctx_.upstream_tls = upstream_tls_.get();
   proxy_ctx_.sessions = &sessions_;
   proxy_ctx_.metrics = &metrics_;
-  if (!config_.server.api_keys_env.empty()) {
-    proxy_ctx_.api_keys = split_keys(env_or_null(config_.server.api_keys_env));
+  if (!current.server.api_keys_env.empty()) {
+    proxy_ctx_.api_keys = split_keys(env_or_null(current.server.api_keys_env));
   }
   if (proxy_ctx_.api_keys.empty()) {
     log::warn("the public listener is open: no API keys are configured",
-              {{"key", "server.api_keys_env"}, {"env", config_.server.api_keys_env}});
+              {{"key", "server.api_keys_env"}, {"env", current.server.api_keys_env}});
   }
-  if (const char* key = env_or_null(config_.upstream.api_key_env); key && *key) {
+  if (const char* key = env_or_null(current.upstream.api_key_env); key && *key) {
     proxy_ctx_.upstream_authorization = std::string("Bearer ") + key;
   }
 
-  admin_ctx_.config = &config_;
+  admin_ctx_.configs = &configs_;
   admin_ctx_.registry = &registry_;
   admin_ctx_.scheduler = &scheduler_;
   admin_ctx_.metrics = &metrics_;
   fleet_ = std::make_unique<fleet::FleetManager>(
-      io_.get_executor(), &config_, registry_, scheduler_, metrics_, upstream_tls_.get(),
+      io_.get_executor(), &configs_, registry_, scheduler_, metrics_, upstream_tls_.get(),
       proxy_ctx_.upstream_authorization,
       [this](const std::vector<scheduling::Grant>& grants) { broker_.deliver(grants); },
       [this](const std::vector<scheduling::WaiterId>& waiters) { broker_.abandon(waiters); });
   proxy_ctx_.fleet = fleet_.get();
-  local_fleet_ = std::make_unique<fleet::LocalFleet>(io_.get_executor(), &config_, *fleet_);
+  local_fleet_ = std::make_unique<fleet::LocalFleet>(io_.get_executor(), &configs_, *fleet_);
   admin_ctx_.fleet = fleet_.get();
-  if (const char* token = env_or_null(config_.admin.token_env); token && *token) {
+  if (const char* token = env_or_null(current.admin.token_env); token && *token) {
     admin_ctx_.admin_token = token;
   }
-  if (const char* token = env_or_null(config_.registration.token_env); token && *token) {
+  if (const char* token = env_or_null(current.registration.token_env); token && *token) {
     admin_ctx_.registration_token = token;
-  } else if (!config_.registration.token_env.empty()) {
+  } else if (!current.registration.token_env.empty()) {
     log::warn("registration is off: its token variable is empty or unset",
-              {{"key", "registration.token_env"}, {"env", config_.registration.token_env}});
+              {{"key", "registration.token_env"}, {"env", current.registration.token_env}});
   }
   if (admin_ctx_.admin_token.empty()) {
     log::warn("the admin API (/admin/v1) is open: no admin token is configured",
               {{"key", "admin.token_env"}});
   }
   metrics_.before_scrape = [this] {
-    for (const auto& model : config_.models) {
+    for (const auto& model : configs_.current().models) {
       metrics_.set_queue_depth(model.name, static_cast<double>(scheduler_.queue_depth(model.name)));
       metrics_.set_slots(model.name, scheduler_.busy_slots(model.name),
                          scheduler_.free_slots(model.name));
@@ -103,13 +107,13 @@ Gateway::Gateway(config::Config config, std::string config_path)
   };
 
   public_listener_ = std::make_unique<net::Listener>(
-      io_.get_executor(), config_.server.listen, public_tls_,
+      io_.get_executor(), current.server.listen, public_tls_,
       [this](std::unique_ptr<net::Conn> conn) {
         return serve_public(&proxy_ctx_, std::move(conn));
       },
       "public");
   admin_listener_ = std::make_unique<net::Listener>(
-      io_.get_executor(), config_.admin.listen, nullptr,
+      io_.get_executor(), current.admin.listen, admin_tls_,
       [this](std::unique_ptr<net::Conn> conn) {
         return admin::run_admin_session(&admin_ctx_, std::move(conn));
       },
@@ -137,24 +141,29 @@ void Gateway::reload() {
                {{"error", e.what()}});
     return;
   }
-  if (next.server.listen.to_string() != config_.server.listen.to_string() ||
-      next.admin.listen.to_string() != config_.admin.listen.to_string() ||
-      next.server.tls.cert != config_.server.tls.cert ||
-      next.server.tls.key != config_.server.tls.key) {
+  const config::Config& current = configs_.current();
+  if (next.server.listen.to_string() != current.server.listen.to_string() ||
+      next.admin.listen.to_string() != current.admin.listen.to_string() ||
+      next.server.tls.cert != current.server.tls.cert ||
+      next.server.tls.key != current.server.tls.key ||
+      next.admin.tls.cert != current.admin.tls.cert ||
+      next.admin.tls.key != current.admin.tls.key) {
     log::warn("listen addresses and TLS files change only on restart; the rest is applied");
-    next.server.listen = config_.server.listen;
-    next.admin.listen = config_.admin.listen;
-    next.server.tls = config_.server.tls;
+    next.server.listen = current.server.listen;
+    next.admin.listen = current.admin.listen;
+    next.server.tls = current.server.tls;
+    next.admin.tls = current.admin.tls;
   }
   // Keys read from the environment at start stay as they were.
-  next.server.api_keys_env = config_.server.api_keys_env;
-  next.upstream.api_key_env = config_.upstream.api_key_env;
-  next.upstream.ca_file = config_.upstream.ca_file;
-  next.admin.token_env = config_.admin.token_env;
-  next.registration.token_env = config_.registration.token_env;
-  config_ = std::move(next);
+  next.server.api_keys_env = current.server.api_keys_env;
+  next.upstream.api_key_env = current.upstream.api_key_env;
+  next.upstream.ca_file = current.upstream.ca_file;
+  next.admin.token_env = current.admin.token_env;
+  next.registration.token_env = current.registration.token_env;
+  const std::size_t models = next.models.size();
+  configs_.replace(std::move(next));
   fleet_->reload();
-  log::info("configuration reloaded", {{"file", config_path_}, {"models", config_.models.size()}});
+  log::info("configuration reloaded", {{"file", config_path_}, {"models", models}});
 }
 
 void Gateway::wait_for_hangup() {
@@ -176,10 +185,11 @@ void Gateway::begin_shutdown(int signal_number) {
     return;
   }
   shutting_down_ = true;
+  const auto drain_timeout = configs_.current().server.drain_timeout;
   log::info("shutting down: draining in-flight requests",
             {{"signal", signal_number},
              {"open_connections", sessions_.size()},
-             {"drain_timeout_ms", config_.server.drain_timeout.count()}});
+             {"drain_timeout_ms", drain_timeout.count()}});
   public_listener_->stop();
   fleet_->stop();
   hangup_.cancel();
@@ -191,7 +201,7 @@ void Gateway::begin_shutdown(int signal_number) {
     io_.stop();
   };
   sessions_.begin_drain();
-  drain_timer_.expires_after(config_.server.drain_timeout);
+  drain_timer_.expires_after(drain_timeout);
   drain_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec) {
       return;
@@ -220,15 +230,17 @@ int Gateway::run() {
   }
   public_listener_->start();
   admin_listener_->start();
+  const config::Config& current = configs_.current();
   log::write_always(
       log::Level::info, "listening",
       {{"listener", "public"},
-       {"address", config_.server.listen.host + ":" + std::to_string(public_listener_->port())},
-       {"tls", config_.server.tls.enabled()}});
+       {"address", current.server.listen.host + ":" + std::to_string(public_listener_->port())},
+       {"tls", current.server.tls.enabled()}});
   log::write_always(
       log::Level::info, "listening",
       {{"listener", "admin"},
-       {"address", config_.admin.listen.host + ":" + std::to_string(admin_listener_->port())}});
+       {"address", current.admin.listen.host + ":" + std::to_string(admin_listener_->port())},
+       {"tls", current.admin.tls.enabled()}});
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (!ec) {
       begin_shutdown(sig);

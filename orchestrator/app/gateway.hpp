@@ -41,7 +41,7 @@ class Gateway {
   // scheduler, broker) is declared before io_, so it outlives it: the io_context destroys the
   // coroutines it still holds. I/O objects (timers, signal sets, listeners) come after io_, so
   // they go first, while its services still exist.
-  config::Config config_;
+  config::ConfigSource configs_;
   std::string config_path_;
   scheduling::Scheduler scheduler_;
   proxy::SlotBroker broker_;
@@ -50,6 +50,7 @@ class Gateway {
   metrics::Metrics metrics_;
   std::shared_ptr<boost::asio::ssl::context> upstream_tls_;
   std::shared_ptr<boost::asio::ssl::context> public_tls_;
+  std::shared_ptr<boost::asio::ssl::context> admin_tls_;
   proxy::ProxyContext proxy_ctx_;
   admin::AdminContext admin_ctx_;
 

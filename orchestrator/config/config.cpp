@@ -23,10 +23,14 @@ namespace {
 const std::vector<std::string> kRootKeys = {
     "server", "admin", "health", "registration", "models", "routing", "upstream", "metrics", "log"};
 const std::vector<std::string> kMetricsKeys = {"per_replica", "request_stream_usage"};
-const std::vector<std::string> kServerKeys = {"listen",         "tls",          "api_keys_env",
-                                              "max_body_bytes", "read_timeout", "drain_timeout"};
+const std::vector<std::string> kServerKeys = {"listen",          "tls",
+                                              "api_keys_env",    "max_body_bytes",
+                                              "max_connections", "max_connections_per_ip",
+                                              "header_timeout",  "body_timeout",
+                                              "idle_timeout",    "write_timeout",
+                                              "drain_timeout",   "read_timeout"};
 const std::vector<std::string> kTlsKeys = {"cert", "key"};
-const std::vector<std::string> kAdminKeys = {"listen", "token_env", "prometheus_sd_file"};
+const std::vector<std::string> kAdminKeys = {"listen", "tls", "token_env", "prometheus_sd_file"};
 const std::vector<std::string> kHealthKeys = {"interval",        "timeout",       "path",
                                               "unhealthy_after", "healthy_after", "eject_after"};
 const std::vector<std::string> kRegistrationKeys = {"token_env", "allowed_urls", "expire_after",
@@ -35,11 +39,13 @@ const std::vector<std::string> kModelKeys = {"name",      "replicas", "slots",
                                              "endpoints", "health",   "local"};
 const std::vector<std::string> kLocalKeys = {"count", "engine", "profile", "time_scale", "slots"};
 const std::vector<std::string> kEndpointKeys = {"url", "slots"};
-const std::vector<std::string> kRoutingKeys = {"queue_max", "queue_timeout", "retries",
-                                               "keepalive_interval"};
+const std::vector<std::string> kRoutingKeys = {"queue_max", "queue_timeout", "request_timeout",
+                                               "retries", "keepalive_interval"};
 const std::vector<std::string> kUpstreamKeys = {"api_key_env",     "ca_file",
                                                 "connect_timeout", "first_byte_timeout",
-                                                "idle_timeout",    "max_idle_per_replica"};
+                                                "idle_timeout",    "max_idle_per_replica",
+                                                "max_event_bytes", "max_response_bytes",
+                                                "dns_cache_ttl"};
 const std::vector<std::string> kLogKeys = {"level"};
 const std::vector<std::string> kLogLevels = {"debug", "info", "warn", "error"};
 
@@ -115,6 +121,9 @@ class Parser {
     if (const auto* n = top.find("admin")) {
       const Section s = section(*n, "admin", value_line(top, "admin"), kAdminKeys);
       admin_listen_line_ = read_host_port(s, "listen", config.admin.listen);
+      if (const auto* t = s.find("tls")) {
+        read_tls(*t, "admin.tls", value_line(s, "tls"), config.admin.tls);
+      }
       read_env_name(s, "token_env", config.admin.token_env);
       read_string(s, "prometheus_sd_file", config.admin.prometheus_sd_file);
     }
@@ -387,28 +396,46 @@ class Parser {
     const Section s = section(node, "server", line, kServerKeys);
     server_listen_line_ = read_host_port(s, "listen", out.listen);
     if (const auto* n = s.find("tls")) {
-      const Section tls = section(*n, "server.tls", value_line(s, "tls"), kTlsKeys);
-      read_string(tls, "cert", out.tls.cert);
-      read_string(tls, "key", out.tls.key);
-      if (!out.tls.cert.empty() && out.tls.key.empty()) {
-        fail(value_line(tls, "cert"), "server.tls.key",
-             "missing; required when server.tls.cert is set");
-      }
-      if (out.tls.cert.empty() && !out.tls.key.empty()) {
-        fail(value_line(tls, "key"), "server.tls.cert",
-             "missing; required when server.tls.key is set");
-      }
+      read_tls(*n, "server.tls", value_line(s, "tls"), out.tls);
     }
     read_env_name(s, "api_keys_env", out.api_keys_env);
-    std::uint64_t body = out.max_body_bytes;
-    if (read_uint(s, "max_body_bytes", std::numeric_limits<std::uint64_t>::max(), body)) {
-      if (body == 0) {
-        fail(value_line(s, "max_body_bytes"), "server.max_body_bytes", "must be greater than 0");
-      }
-      out.max_body_bytes = body;
+    read_positive_u64(s, "max_body_bytes", out.max_body_bytes);
+    read_positive_u32(s, "max_connections", out.max_connections);
+    read_u32(s, "max_connections_per_ip", out.max_connections_per_ip);
+    if (s.find("read_timeout") != nullptr) {
+      fail(value_line(s, "read_timeout"), "server.read_timeout",
+           "replaced by server.header_timeout (first byte to end of headers) and "
+           "server.body_timeout (the body); set those instead");
     }
-    read_duration(s, "read_timeout", false, out.read_timeout);
+    read_duration(s, "header_timeout", false, out.header_timeout);
+    read_duration(s, "body_timeout", false, out.body_timeout);
+    read_duration(s, "idle_timeout", false, out.idle_timeout);
+    read_duration(s, "write_timeout", false, out.write_timeout);
     read_duration(s, "drain_timeout", true, out.drain_timeout);
+  }
+
+  void read_tls(const YAML::Node& node, const std::string& path, int line, TlsFiles& out) const {
+    const Section tls = section(node, path, line, kTlsKeys);
+    read_string(tls, "cert", out.cert);
+    read_string(tls, "key", out.key);
+    if (!out.cert.empty() && out.key.empty()) {
+      fail(value_line(tls, "cert"), path + ".key",
+           "missing; required when " + path + ".cert is set");
+    }
+    if (out.cert.empty() && !out.key.empty()) {
+      fail(value_line(tls, "key"), path + ".cert",
+           "missing; required when " + path + ".key is set");
+    }
+  }
+
+  void read_positive_u64(const Section& s, const std::string& key, std::uint64_t& out) const {
+    std::uint64_t v = out;
+    if (read_uint(s, key, std::numeric_limits<std::uint64_t>::max(), v)) {
+      if (v == 0) {
+        fail(value_line(s, key), join(s.path, key), "must be greater than 0");
+      }
+      out = v;
+    }
   }
 
   void parse_models(const YAML::Node& node, int line, const HealthConfig& health,
@@ -669,6 +696,7 @@ class Parser {
     const Section s = section(node, "routing", line, kRoutingKeys);
     read_positive_u32(s, "queue_max", out.queue_max);
     read_duration(s, "queue_timeout", false, out.queue_timeout);
+    read_duration(s, "request_timeout", false, out.request_timeout);
     read_u32(s, "retries", out.retries);
     read_duration(s, "keepalive_interval", true, out.keepalive_interval);
   }
@@ -681,6 +709,9 @@ class Parser {
     read_duration(s, "first_byte_timeout", false, out.first_byte_timeout);
     read_duration(s, "idle_timeout", false, out.idle_timeout);
     read_u32(s, "max_idle_per_replica", out.max_idle_per_replica);
+    read_positive_u64(s, "max_event_bytes", out.max_event_bytes);
+    read_positive_u64(s, "max_response_bytes", out.max_response_bytes);
+    read_duration(s, "dns_cache_ttl", true, out.dns_cache_ttl);
   }
 
   // Two listeners on one address would make the second bind fail at startup; say so now.

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -28,12 +29,19 @@ struct ServerConfig {
   TlsFiles tls;
   std::string api_keys_env;  // name of an env var with comma-separated keys
   std::uint64_t max_body_bytes = 4 * 1024 * 1024;
-  milliseconds read_timeout{30'000};   // to receive one request's headers and body
+  // Open client connections at most; beyond it new connections are closed at once.
+  std::uint32_t max_connections = 10000;
+  std::uint32_t max_connections_per_ip = 1000;  // 0 = no per-address cap
+  milliseconds header_timeout{10'000};          // first byte of a request to the end of its headers
+  milliseconds body_timeout{60'000};            // the body, once the headers are in
+  milliseconds idle_timeout{60'000};            // a keep-alive connection waiting for a request
+  milliseconds write_timeout{60'000};  // one write to a client (a reader that stopped is dropped)
   milliseconds drain_timeout{30'000};  // SIGTERM: in-flight requests get this long
 };
 
 struct AdminConfig {
   net::HostPort listen{"127.0.0.1", 9090};
+  TlsFiles tls;           // the admin listener over HTTPS (phones register across the Internet)
   std::string token_env;  // name of an env var with the /admin/v1 bearer token; empty = none
   // When set, the gateway writes its agents as a Prometheus file_sd target list here.
   std::string prometheus_sd_file;
@@ -102,6 +110,8 @@ struct ModelConfig {
 struct RoutingConfig {
   std::uint32_t queue_max = 10000;
   milliseconds queue_timeout{600'000};
+  // One request from start to end: queue wait and every attempt (a long stream included).
+  milliseconds request_timeout{1'800'000};
   std::uint32_t retries = 2;
   milliseconds keepalive_interval{15'000};  // SSE ": keep-alive" while waiting; 0 = never
 };
@@ -113,6 +123,11 @@ struct UpstreamConfig {
   milliseconds first_byte_timeout{600'000};
   milliseconds idle_timeout{120'000};
   std::uint32_t max_idle_per_replica = 8;  // pooled keep-alive connections kept per replica
+  // One server-sent event (or line) from a replica; a longer one ends the stream as a protocol
+  // failure of that replica.
+  std::uint64_t max_event_bytes = 1024 * 1024;
+  std::uint64_t max_response_bytes = 64ull * 1024 * 1024;  // a whole (non-streamed) answer
+  milliseconds dns_cache_ttl{30'000};  // resolved replica addresses are reused this long
 };
 
 struct LogConfig {
@@ -138,6 +153,21 @@ struct Config {
     }
     return nullptr;
   }
+};
+
+// The configuration in force. A reload replaces it; whoever took a snapshot keeps the one it
+// had, so each request runs to its end on the configuration it started with. One thread: no
+// lock.
+class ConfigSource {
+ public:
+  explicit ConfigSource(Config config)
+      : current_(std::make_shared<const Config>(std::move(config))) {}
+  std::shared_ptr<const Config> snapshot() const { return current_; }
+  const Config& current() const { return *current_; }
+  void replace(Config next) { current_ = std::make_shared<const Config>(std::move(next)); }
+
+ private:
+  std::shared_ptr<const Config> current_;
 };
 
 // A configuration problem. what() names the file, the line and the key:

@@ -42,12 +42,12 @@ std::string iso_time(std::chrono::system_clock::time_point t) {
 
 }  // namespace
 
-FleetManager::FleetManager(asio::any_io_executor executor, const config::Config* config,
+FleetManager::FleetManager(asio::any_io_executor executor, const config::ConfigSource* configs,
                            Registry& registry, scheduling::Scheduler& scheduler,
                            metrics::Metrics& metrics, asio::ssl::context* tls,
                            std::string upstream_authorization, Deliver deliver, Abandon abandon)
     : executor_(executor),
-      config_(config),
+      configs_(configs),
       registry_(registry),
       scheduler_(scheduler),
       metrics_(metrics),
@@ -59,8 +59,8 @@ FleetManager::FleetManager(asio::any_io_executor executor, const config::Config*
 
 health::Thresholds FleetManager::thresholds_for(const std::string& model) const {
   health::Thresholds t;
-  const auto* m = config_->find_model(model);
-  const auto& h = m ? m->health : config_->health;
+  const auto* m = config().find_model(model);
+  const auto& h = m ? m->health : config().health;
   t.interval = h.interval;
   t.timeout = h.timeout;
   t.unhealthy_after = h.unhealthy_after;
@@ -70,7 +70,7 @@ health::Thresholds FleetManager::thresholds_for(const std::string& model) const 
 }
 
 void FleetManager::start() {
-  for (const auto& model : config_->models) {
+  for (const auto& model : config().models) {
     scheduler_.add_model(model.name);
     metrics_.declare_model(model.name);
     models_.insert(model.name);
@@ -198,8 +198,8 @@ asio::awaitable<void> FleetManager::probe_loop(FleetManager* self,
       last = Clock::now();
       continue;
     }
-    const auto* model = self->config_->find_model(replica->model);
-    const auto& h = model ? model->health : self->config_->health;
+    const auto* model = self->config().find_model(replica->model);
+    const auto& h = model ? model->health : self->config().health;
     auto outcome = co_await health::probe_once(replica->url, h.path, self->tls_, h.timeout,
                                                self->upstream_authorization_, &conn);
     if (self->stopped_ || replica->removed) {
@@ -208,7 +208,7 @@ asio::awaitable<void> FleetManager::probe_loop(FleetManager* self,
     last = Clock::now();
     replica->last_probe = std::chrono::system_clock::now();
     replica->last_probe_seconds = outcome.seconds;
-    if (self->config_->metrics.per_replica) {
+    if (self->config().metrics.per_replica) {
       self->metrics_.health_check(replica->name, outcome.seconds);
     }
     replica->reported_slots_idle = outcome.slots_idle;
@@ -228,13 +228,15 @@ asio::awaitable<void> FleetManager::probe_loop(FleetManager* self,
 
 asio::awaitable<void> FleetManager::sweep_loop(FleetManager* self) {
   while (!self->stopped_) {
-    const auto& reg = self->config_->registration;
-    auto period = std::min<Clock::duration>(std::chrono::seconds(1), reg.heartbeat_interval / 2);
+    auto period = std::min<Clock::duration>(std::chrono::seconds(1),
+                                            self->config().registration.heartbeat_interval / 2);
     self->sweep_timer_.expires_after(period);
     co_await self->sweep_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
     if (self->stopped_) {
       break;
     }
+    // Read after the wait: a reload may have replaced the configuration meanwhile.
+    const auto& reg = self->config().registration;
     const auto now = Clock::now();
     for (const auto& replica : self->registry_.all()) {
       if (!replica->registered || !replica->last_heartbeat) {
@@ -294,7 +296,7 @@ std::shared_ptr<Replica> FleetManager::live_by_url(const std::string& normalised
 bool FleetManager::heartbeat_stale(const Replica& replica, Clock::time_point now) const {
   return replica.registered && replica.last_heartbeat &&
          now - *replica.last_heartbeat >
-             kMissedHeartbeats * config_->registration.heartbeat_interval;
+             kMissedHeartbeats * config().registration.heartbeat_interval;
 }
 
 std::shared_ptr<Replica> FleetManager::by_name(const std::string& name) const {
@@ -324,14 +326,14 @@ FleetManager::Answer FleetManager::register_replica(const nlohmann::json& reques
     return error_answer(400, "\"url\" is not a valid URL: " + why, "invalid_request");
   }
   const std::string model = model_it->get<std::string>();
-  const auto* model_config = config_->find_model(model);
+  const auto* model_config = config().find_model(model);
   if (!model_config) {
     log::warn("registration refused: unknown model", {{"url", url->to_string()}});
     return error_answer(404, "the model '" + model + "' is not configured", "model_not_found");
   }
   const std::string normalised = url->to_string();
   bool allowed = false;
-  for (const auto& pattern : config_->registration.allowed_urls) {
+  for (const auto& pattern : config().registration.allowed_urls) {
     allowed = allowed || config::glob_match(pattern, normalised);
   }
   if (!allowed) {
@@ -386,7 +388,7 @@ FleetManager::Answer FleetManager::register_replica(const nlohmann::json& reques
   log::info("replica registered",
             {{"replica", replica->name}, {"model", model}, {"url", normalised}, {"slots", slots}});
   const double interval_s =
-      std::chrono::duration<double>(config_->registration.heartbeat_interval).count();
+      std::chrono::duration<double>(config().registration.heartbeat_interval).count();
   return {200, {{"id", replica->name}, {"heartbeat_interval_s", interval_s}}};
 }
 
@@ -484,7 +486,7 @@ nlohmann::json FleetManager::replicas_json() const {
 nlohmann::json FleetManager::fleet_json() const {
   auto models = nlohmann::json::array();
   const auto now = std::chrono::steady_clock::now();
-  for (const auto& model : config_->models) {
+  for (const auto& model : config().models) {
     std::size_t known = 0;
     for (const auto& replica : registry_.all()) {
       known += replica->model == model.name ? 1 : 0;
@@ -509,10 +511,10 @@ nlohmann::json FleetManager::fleet_json() const {
 }
 
 void FleetManager::reload() {
-  scheduler_.set_queue_max(config_->routing.queue_max);
+  scheduler_.set_queue_max(config().routing.queue_max);
   std::set<std::string> models;
   std::map<std::string, std::pair<std::string, std::uint32_t>> wanted;  // url -> model, slots
-  for (const auto& model : config_->models) {
+  for (const auto& model : config().models) {
     models.insert(model.name);
     scheduler_.add_model(model.name);
     metrics_.declare_model(model.name);
@@ -571,7 +573,7 @@ void FleetManager::reload() {
 }
 
 void FleetManager::write_sd_file() const {
-  const auto& path = config_->admin.prometheus_sd_file;
+  const auto& path = config().admin.prometheus_sd_file;
   if (path.empty()) {
     return;
   }
@@ -604,7 +606,7 @@ void FleetManager::write_sd_file() const {
 }
 
 void FleetManager::update_metrics() {
-  for (const auto& model : config_->models) {
+  for (const auto& model : config().models) {
     std::map<State, double> counts{
         {State::joining, 0}, {State::healthy, 0}, {State::unhealthy, 0}, {State::draining, 0}};
     for (const auto& replica : registry_.all()) {
@@ -619,7 +621,7 @@ void FleetManager::update_metrics() {
     metrics_.set_replicas_desired(model.name, desired);
     metrics_.set_degraded(model.name, counts[State::healthy] < desired);
   }
-  if (config_->metrics.per_replica) {
+  if (config().metrics.per_replica) {
     for (const auto& replica : registry_.all()) {
       metrics_.set_replica(replica->model, replica->name, scheduler_.in_flight(replica->id),
                            replica->tokens_per_second);

@@ -35,7 +35,7 @@ class FleetManager {
   using Deliver = std::function<void(const std::vector<scheduling::Grant>&)>;
   using Abandon = std::function<void(const std::vector<scheduling::WaiterId>&)>;
 
-  FleetManager(boost::asio::any_io_executor executor, const config::Config* config,
+  FleetManager(boost::asio::any_io_executor executor, const config::ConfigSource* configs,
                Registry& registry, scheduling::Scheduler& scheduler, metrics::Metrics& metrics,
                boost::asio::ssl::context* tls, std::string upstream_authorization, Deliver deliver,
                Abandon abandon);
@@ -71,7 +71,7 @@ class FleetManager {
   health::State state(ReplicaId id) const { return tracker_.state(id); }
 
   // Applies a reloaded configuration's models and static endpoints. The caller has already
-  // copied it into the Config this manager reads.
+  // put it into the ConfigSource this manager reads.
   void reload();
 
   void update_metrics();
@@ -90,13 +90,15 @@ class FleetManager {
   std::shared_ptr<Replica> by_name(const std::string& name) const;
   health::Thresholds thresholds_for(const std::string& model) const;
   nlohmann::json replica_json(const Replica& replica) const;
+  // The configuration in force now (reloads replace it).
+  const config::Config& config() const { return configs_->current(); }
 
   static boost::asio::awaitable<void> probe_loop(FleetManager* self,
                                                  std::shared_ptr<Replica> replica);
   static boost::asio::awaitable<void> sweep_loop(FleetManager* self);
 
   boost::asio::any_io_executor executor_;
-  const config::Config* config_;
+  const config::ConfigSource* configs_;
   Registry& registry_;
   scheduling::Scheduler& scheduler_;
   metrics::Metrics& metrics_;

@@ -58,10 +58,10 @@ std::string find_agent_binary() {
   return (self.parent_path() / "fleetgate-agent").string();
 }
 
-LocalFleet::LocalFleet(asio::any_io_executor executor, const config::Config* config,
+LocalFleet::LocalFleet(asio::any_io_executor executor, const config::ConfigSource* configs,
                        FleetManager& fleet)
     : executor_(executor),
-      config_(config),
+      configs_(configs),
       fleet_(fleet),
       agent_binary_(find_agent_binary()),
       child_signals_(executor, SIGCHLD) {}
@@ -71,7 +71,7 @@ LocalFleet::~LocalFleet() {
 }
 
 void LocalFleet::start() {
-  for (const auto& model : config_->models) {
+  for (const auto& model : configs_->current().models) {
     if (!model.local) {
       continue;
     }

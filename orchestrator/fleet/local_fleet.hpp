@@ -23,7 +23,7 @@ class FleetManager;
 // die with the gateway if it is killed.
 class LocalFleet {
  public:
-  LocalFleet(boost::asio::any_io_executor executor, const config::Config* config,
+  LocalFleet(boost::asio::any_io_executor executor, const config::ConfigSource* configs,
              FleetManager& fleet);
   ~LocalFleet();
 
@@ -49,7 +49,7 @@ class LocalFleet {
   void reap();
 
   boost::asio::any_io_executor executor_;
-  const config::Config* config_;
+  const config::ConfigSource* configs_;
   FleetManager& fleet_;
   std::string agent_binary_;
   std::vector<std::unique_ptr<Agent>> agents_;

@@ -129,21 +129,21 @@ void report_outcome(ProxyContext* ctx, const fleet::Replica& replica, const Exch
 
 // Binds the request to a replica (queueing if needed), relays, and fails over while nothing has
 // reached the client. Ends with exactly one response (or error event).
-asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
-                                 const openai::RequestInfo* info, ClientWriter* writer,
-                                 RequestRecord* record) {
+asio::awaitable<void> proxy_flow(ProxyContext* ctx, const config::Config* config,
+                                 const net::Request* request, const openai::RequestInfo* info,
+                                 ClientWriter* writer, RequestRecord* record) {
   // Streams whose client did not ask for usage: ask the replica anyway (token counts for logs
   // and metrics) and strip it again on the way back.
   std::string usage_body;
   bool strip_usage = false;
-  if (info->stream && !info->include_usage && ctx->config->metrics.request_stream_usage) {
+  if (info->stream && !info->include_usage && config->metrics.request_stream_usage) {
     if (auto body = openai::with_stream_usage(request->body())) {
       usage_body = std::move(*body);
       strip_usage = true;
     }
   }
   const std::string* body = strip_usage ? &usage_body : &request->body();
-  const auto& routing = ctx->config->routing;
+  const auto& routing = config->routing;
   std::vector<ReplicaId> tried;
   ExchangeResult last;
   for (unsigned attempt = 0; attempt <= routing.retries; ++attempt) {
@@ -187,7 +187,7 @@ asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
     record->replica = replica->name;
     ++replica->requests;
     const auto exchange_start = Clock::now();
-    last = co_await exchange(ctx, replica.get(), request, body, info, strip_usage, writer);
+    last = co_await exchange(ctx, config, replica.get(), request, body, info, strip_usage, writer);
     if (last.kind == ExchangeResult::Kind::done && last.completion_tokens) {
       // Recent throughput for the admin API: completion tokens over the whole exchange, smoothed.
       double secs = std::chrono::duration<double>(Clock::now() - exchange_start).count();
@@ -198,7 +198,7 @@ asio::awaitable<void> proxy_flow(ProxyContext* ctx, const net::Request* request,
       }
     }
     report_outcome(ctx, *replica, last);
-    if (ctx->config->metrics.per_replica) {
+    if (config->metrics.per_replica) {
       ctx->metrics->replica_request(replica->model, replica->name, replica_outcome(last));
     }
     record->prompt_tokens = last.prompt_tokens;
@@ -300,10 +300,12 @@ void log_request(ProxyContext* ctx, const ClientWriter& writer, const RequestRec
 asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
                                      boost::beast::flat_buffer* buffer, net::Request* request) {
   const auto start = Clock::now();
+  // This request's configuration, kept to its end whatever a reload does meanwhile.
+  const std::shared_ptr<const config::Config> config = ctx->configs->snapshot();
   auto given_id = (*request)["X-Request-Id"];
   std::string request_id = request_id_for(given_id, id_rng());
   bool keep_alive = request->keep_alive() && !ctx->sessions->draining();
-  ClientWriter writer(*conn, request_id, keep_alive, ctx->config->upstream.idle_timeout);
+  ClientWriter writer(*conn, request_id, keep_alive, config->server.write_timeout);
   RequestRecord record;
 
   std::string_view target(request->target().data(), request->target().size());
@@ -332,7 +334,7 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
     }
     if (path == "/v1/models") {
       auto data = nlohmann::json::array();
-      for (const auto& model : ctx->config->models) {
+      for (const auto& model : config->models) {
         data.push_back(model_object(model.name));
       }
       nlohmann::json list;
@@ -342,7 +344,7 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
       co_return finish();
     }
     std::string id(path.substr(11));
-    for (const auto& model : ctx->config->models) {
+    for (const auto& model : config->models) {
       if (model.name == id) {
         co_await writer.send_full(200, "application/json", model_object(model.name).dump());
         co_return finish();
@@ -385,16 +387,16 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
   // The client may vanish at any time (watch_client); streamed requests get keep-alive comments
   // while they wait. Whichever ends first cancels the others.
   conn->expires_never();
-  const auto interval = ctx->config->routing.keepalive_interval;
+  const auto interval = config->routing.keepalive_interval;
   bool client_gone = false;
   if (info.stream && interval.count() > 0) {
     auto done = co_await (net::watch_client(conn, buffer, kPipelineCap) ||
-                          proxy_flow(ctx, request, &info, &writer, &record) ||
+                          proxy_flow(ctx, config.get(), request, &info, &writer, &record) ||
                           keepalive_loop(&writer, interval));
     client_gone = done.index() == 0;
   } else {
     auto done = co_await (net::watch_client(conn, buffer, kPipelineCap) ||
-                          proxy_flow(ctx, request, &info, &writer, &record));
+                          proxy_flow(ctx, config.get(), request, &info, &writer, &record));
     client_gone = done.index() == 0;
   }
   if (client_gone) {
@@ -458,25 +460,27 @@ asio::awaitable<void> run_client_session(ProxyContext* ctx, std::unique_ptr<net:
     ~Tracked() { tracker->remove(id); }
   } tracked{ctx->sessions, ctx->sessions->add(conn.get())};
 
-  const auto& server = ctx->config->server;
-  net::RequestLimits limits;
-  limits.header_limit = kHeaderLimit;
-  limits.body_limit = server.max_body_bytes;
-  limits.timeout = server.read_timeout;
-  boost::beast::flat_buffer buffer(server.max_body_bytes + kHeaderLimit + kPipelineCap);
+  boost::beast::flat_buffer buffer(ctx->configs->current().server.max_body_bytes + kHeaderLimit +
+                                   kPipelineCap);
 
   for (;;) {
     if (ctx->sessions->draining()) {
       break;
     }
+    const auto config = ctx->configs->snapshot();
+    const auto& server = config->server;
+    net::RequestLimits limits;
+    limits.header_limit = kHeaderLimit;
+    limits.body_limit = server.max_body_bytes;
+    limits.timeout = server.header_timeout + server.body_timeout;
     net::Request request;
-    auto outcome = co_await net::read_request(*conn, buffer, limits, server.read_timeout, request);
+    auto outcome = co_await net::read_request(*conn, buffer, limits, server.idle_timeout, request);
     if (outcome == net::ReadOutcome::closed || outcome == net::ReadOutcome::timeout) {
       break;
     }
     ctx->sessions->set_busy(tracked.id, true);
     if (outcome != net::ReadOutcome::ok) {
-      ClientWriter writer(*conn, new_request_id(id_rng()), false, server.read_timeout);
+      ClientWriter writer(*conn, new_request_id(id_rng()), false, server.write_timeout);
       if (outcome == net::ReadOutcome::body_too_large) {
         co_await writer.send_error(413,
                                    "the request body exceeds server.max_body_bytes (" +

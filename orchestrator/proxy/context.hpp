@@ -49,8 +49,10 @@ class SessionTracker {
 };
 
 // Everything a client session needs from the gateway. Owned by the gateway, outlives sessions.
+// A request takes a snapshot of the configuration when it starts (configs->snapshot()) and keeps
+// it to its end.
 struct ProxyContext {
-  const config::Config* config = nullptr;
+  const config::ConfigSource* configs = nullptr;
   SlotBroker* broker = nullptr;
   fleet::Registry* registry = nullptr;
   std::vector<std::string> api_keys;  // empty: the public listener is open

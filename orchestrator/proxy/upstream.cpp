@@ -182,11 +182,11 @@ std::string_view to_string(UpstreamError e) {
   return "unknown";
 }
 
-asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, fleet::Replica* replica,
-                                         const net::Request* request, const std::string* body,
-                                         const openai::RequestInfo* info, bool strip_usage,
-                                         ClientWriter* writer) {
-  const auto& up = ctx->config->upstream;
+asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, const config::Config* config,
+                                         fleet::Replica* replica, const net::Request* request,
+                                         const std::string* body, const openai::RequestInfo* info,
+                                         bool strip_usage, ClientWriter* writer) {
+  const auto& up = config->upstream;
   ExchangeResult result;
   std::string head =
       upstream_head(*ctx, *replica, *request, body->size(), *info, writer->request_id());

@@ -39,7 +39,8 @@ struct ExchangeResult {
 // non-streamed answer is a short JSON document; holding it lets a failure mid-body be retried).
 // body is what goes to the replica (the client's, or with stream usage requested); with
 // strip_usage the usage the client did not ask for is removed from the relayed stream.
-boost::asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, fleet::Replica* replica,
+boost::asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, const config::Config* config,
+                                                fleet::Replica* replica,
                                                 const net::Request* request,
                                                 const std::string* body,
                                                 const openai::RequestInfo* info, bool strip_usage,

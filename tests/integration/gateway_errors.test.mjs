@@ -54,7 +54,7 @@ describe('bad requests', () => {
   before(async () => {
     replica = await startFakeReplica({ name: 'errors' });
     gw = await startGateway({
-      server: { api_keys_env: 'FG_IT_CLIENT_KEYS', max_body_bytes: 2048, read_timeout: '2s' },
+      server: { api_keys_env: 'FG_IT_CLIENT_KEYS', max_body_bytes: 2048, header_timeout: '1s', body_timeout: '2s' },
       models: [{ name: 'm', endpoints: [replica.url] }],
     }, { env: { FG_IT_CLIENT_KEYS: ` ${KEYS[0]} ,${KEYS[1]}` } });
   });
@@ -162,10 +162,10 @@ describe('bad requests', () => {
     const huge = `GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(64 * 1024)}\r\n\r\n`;
     const reply = await rawExchange(gw.publicUrl, huge);
     assert.match(reply, /^HTTP\/1\.1 (400|431) /, JSON.stringify(reply.slice(0, 80)));
-    // A request cut short (headers promise a body that never comes) is dropped after read_timeout.
+    // A request cut short (headers promise a body that never comes) is dropped after body_timeout.
     const started = Date.now();
     await rawExchange(gw.publicUrl, 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"model"', { waitMs: 6000 });
-    assert.ok(Date.now() - started < 5000, 'a stalled client is cut off by read_timeout');
+    assert.ok(Date.now() - started < 5000, 'a stalled client is cut off by body_timeout');
     // Half a request line, then the client goes away.
     const s = net.connect(Number(new URL(gw.publicUrl).port), '127.0.0.1');
     await new Promise((r) => s.on('connect', r));

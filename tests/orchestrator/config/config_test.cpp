@@ -54,12 +54,19 @@ TEST(ConfigDefaults, MinimalFileGetsStructDefaults) {
   EXPECT_FALSE(c.server.tls.enabled());
   EXPECT_EQ(c.server.api_keys_env, "");
   EXPECT_EQ(c.server.max_body_bytes, 4u * 1024 * 1024);
-  EXPECT_EQ(c.server.read_timeout, milliseconds(30'000));
+  EXPECT_EQ(c.server.max_connections, 10000u);
+  EXPECT_EQ(c.server.max_connections_per_ip, 1000u);
+  EXPECT_EQ(c.server.header_timeout, milliseconds(10'000));
+  EXPECT_EQ(c.server.body_timeout, milliseconds(60'000));
+  EXPECT_EQ(c.server.idle_timeout, milliseconds(60'000));
+  EXPECT_EQ(c.server.write_timeout, milliseconds(60'000));
   EXPECT_EQ(c.server.drain_timeout, milliseconds(30'000));
   EXPECT_EQ(c.admin.listen.host, "127.0.0.1");
   EXPECT_EQ(c.admin.listen.port, 9090);
+  EXPECT_FALSE(c.admin.tls.enabled());
   EXPECT_EQ(c.routing.queue_max, d.routing.queue_max);
   EXPECT_EQ(c.routing.queue_timeout, milliseconds(600'000));
+  EXPECT_EQ(c.routing.request_timeout, milliseconds(1'800'000));
   EXPECT_EQ(c.routing.retries, 2u);
   EXPECT_EQ(c.routing.keepalive_interval, milliseconds(15'000));
   EXPECT_EQ(c.upstream.api_key_env, "");
@@ -68,6 +75,9 @@ TEST(ConfigDefaults, MinimalFileGetsStructDefaults) {
   EXPECT_EQ(c.upstream.first_byte_timeout, milliseconds(600'000));
   EXPECT_EQ(c.upstream.idle_timeout, milliseconds(120'000));
   EXPECT_EQ(c.upstream.max_idle_per_replica, 8u);
+  EXPECT_EQ(c.upstream.max_event_bytes, 1024u * 1024);
+  EXPECT_EQ(c.upstream.max_response_bytes, 64u * 1024 * 1024);
+  EXPECT_EQ(c.upstream.dns_cache_ttl, milliseconds(30'000));
   EXPECT_EQ(c.log.level, "info");
   ASSERT_EQ(c.models.size(), 1u);
   EXPECT_EQ(c.models[0].name, "m");
@@ -91,10 +101,16 @@ server:
   tls: {cert: /etc/fg/cert.pem, key: /etc/fg/key.pem}
   api_keys_env: FLEETGATE_API_KEYS
   max_body_bytes: 1048576
-  read_timeout: 5s
+  max_connections: 500
+  max_connections_per_ip: 0
+  header_timeout: 2s
+  body_timeout: 5s
+  idle_timeout: 7s
+  write_timeout: 9s
   drain_timeout: 0s
 admin:
   listen: "[::1]:9191"
+  tls: {cert: /etc/fg/admin.pem, key: /etc/fg/admin.key}
 models:
   - name: qwen3.5-9b-fraud
     replicas: 10
@@ -106,6 +122,7 @@ models:
 routing:
   queue_max: 5
   queue_timeout: 2m
+  request_timeout: 3m
   retries: 0
   keepalive_interval: 0s
 upstream:
@@ -115,6 +132,9 @@ upstream:
   first_byte_timeout: 1h
   idle_timeout: 90s
   max_idle_per_replica: 0
+  max_event_bytes: 4096
+  max_response_bytes: 65536
+  dns_cache_ttl: 0s
 log:
   level: debug
 )");
@@ -125,10 +145,21 @@ log:
   EXPECT_EQ(c.server.tls.key, "/etc/fg/key.pem");
   EXPECT_EQ(c.server.api_keys_env, "FLEETGATE_API_KEYS");
   EXPECT_EQ(c.server.max_body_bytes, 1048576u);
-  EXPECT_EQ(c.server.read_timeout, milliseconds(5'000));
+  EXPECT_EQ(c.server.max_connections, 500u);
+  EXPECT_EQ(c.server.max_connections_per_ip, 0u);
+  EXPECT_EQ(c.server.header_timeout, milliseconds(2'000));
+  EXPECT_EQ(c.server.body_timeout, milliseconds(5'000));
+  EXPECT_EQ(c.server.idle_timeout, milliseconds(7'000));
+  EXPECT_EQ(c.server.write_timeout, milliseconds(9'000));
   EXPECT_EQ(c.server.drain_timeout, milliseconds(0));
   EXPECT_EQ(c.admin.listen.host, "::1");
   EXPECT_EQ(c.admin.listen.port, 9191);
+  EXPECT_EQ(c.admin.tls.cert, "/etc/fg/admin.pem");
+  EXPECT_EQ(c.admin.tls.key, "/etc/fg/admin.key");
+  EXPECT_EQ(c.routing.request_timeout, milliseconds(180'000));
+  EXPECT_EQ(c.upstream.max_event_bytes, 4096u);
+  EXPECT_EQ(c.upstream.max_response_bytes, 65536u);
+  EXPECT_EQ(c.upstream.dns_cache_ttl, milliseconds(0));
   ASSERT_EQ(c.models.size(), 2u);
   const ModelConfig& m = c.models[0];
   EXPECT_EQ(m.name, "qwen3.5-9b-fraud");
@@ -227,7 +258,9 @@ TEST(ConfigDuration, MapIsRejected) {
 
 TEST(ConfigDuration, ZeroRejectedWhereMeaningless) {
   const std::pair<const char*, const char*> cases[] = {
-      {"server", "read_timeout"},      {"routing", "queue_timeout"},
+      {"server", "header_timeout"},    {"server", "body_timeout"},
+      {"server", "idle_timeout"},      {"server", "write_timeout"},
+      {"routing", "queue_timeout"},    {"routing", "request_timeout"},
       {"upstream", "connect_timeout"}, {"upstream", "first_byte_timeout"},
       {"upstream", "idle_timeout"},
   };
@@ -235,6 +268,25 @@ TEST(ConfigDuration, ZeroRejectedWhereMeaningless) {
     EXPECT_TRUE(fails_with(std::string(kModels) + section + ":\n  " + key + ": 0s\n", 4,
                            std::string(section) + "." + key, "must be greater than 0"));
   }
+}
+
+TEST(ConfigServer, ReadTimeoutNamesItsReplacements) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  read_timeout: 30s\n", 4,
+                         "server.read_timeout", "server.header_timeout"));
+}
+
+TEST(ConfigServer, ZeroSizesAndConnectionCapAreRefused) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  max_connections: 0\n", 4,
+                         "server.max_connections", "must be greater than 0"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "upstream:\n  max_event_bytes: 0\n", 4,
+                         "upstream.max_event_bytes", "must be greater than 0"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "upstream:\n  max_response_bytes: 0\n", 4,
+                         "upstream.max_response_bytes", "must be greater than 0"));
+}
+
+TEST(ConfigAdmin, TlsNeedsCertAndKey) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "admin:\n  tls:\n    cert: /c.pem\n", 5,
+                         "admin.tls.key", "missing; required when admin.tls.cert is set"));
 }
 
 TEST(ConfigDuration, ZeroAllowedForKeepaliveAndDrain) {

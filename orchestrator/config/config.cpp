@@ -11,9 +11,9 @@
 #include <sstream>
 #include <utility>
 
+#include "common/sim/profiles.hpp"
 #include "common/util/duration.hpp"
 #include "common/util/text.hpp"
-#include "replica-agent/engines/sim_model.hpp"
 
 namespace fg::config {
 namespace {
@@ -513,12 +513,9 @@ class Parser {
     }
     if (read_string(s, "profile", local.profile)) {
       if (!sim::find_profile(local.profile)) {
-        std::string names;
-        for (const auto& name : sim::profile_names()) {
-          names += (names.empty() ? "" : ", ") + name;
-        }
         fail(value_line(s, "profile"), join(s.path, "profile"),
-             "unknown simulator profile " + quoted(local.profile) + "; known: " + names);
+             "unknown simulator profile " + quoted(local.profile) +
+                 "; known: " + sim::profile_list());
       }
     }
     if (const auto* n = s.find("time_scale")) {

@@ -16,9 +16,9 @@
 
 #include "common/log/log.hpp"
 #include "common/net/url.hpp"
+#include "common/sim/profiles.hpp"
 #include "common/util/process.hpp"
 #include "orchestrator/fleet/fleet_manager.hpp"
-#include "replica-agent/engines/sim_model.hpp"
 
 namespace fg::fleet {
 

@@ -11,9 +11,9 @@
 #include <functional>
 #include <sstream>
 
+#include "common/sim/profiles.hpp"
 #include "common/util/duration.hpp"
 #include "common/util/text.hpp"
-#include "replica-agent/engines/sim_model.hpp"
 
 namespace fg::agent {
 
@@ -64,15 +64,6 @@ const std::vector<FlagKey> kFlags = {
 
 std::string in_quotes(std::string_view s) {
   return "\"" + std::string(s) + "\"";
-}
-
-std::string profile_list() {
-  std::string list;
-  for (const auto& name : sim::profile_names()) {
-    list += list.empty() ? "" : ", ";
-    list += name;
-  }
-  return list;
 }
 
 std::string did_you_mean(const std::string& key, const std::vector<std::string>& known) {
@@ -219,7 +210,8 @@ void apply_value(AgentConfig& c, const std::string& key, const std::string& text
     }
   } else if (key == "engine.profile") {
     if (sim::find_profile(text) == nullptr) {
-      fail(where, "unknown simulator profile " + in_quotes(text) + "; known: " + profile_list());
+      fail(where,
+           "unknown simulator profile " + in_quotes(text) + "; known: " + sim::profile_list());
     }
     c.engine.profile = text;
   } else if (key == "engine.time_scale") {
@@ -624,7 +616,7 @@ std::string usage_text() {
          "engine's)\n"
          "  --engine KIND          engine.kind: sim (default), llama-server or openai\n"
          "  --profile NAME         engine.profile (sim; default fast-test): " +
-         profile_list() +
+         sim::profile_list() +
          "\n"
          "  --time-scale X         engine.time_scale (sim): run X times faster (default 1)\n"
          "  --seed N               engine.seed (sim): answer text and draws (default 0)\n"

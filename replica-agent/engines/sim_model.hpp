@@ -2,7 +2,9 @@
 
 // Pure timing and text model of a phone running llama.cpp, used by fleetgate-agent's `sim` engine.
 // Everything here is arithmetic: no clock, no sleeps, no I/O. The I/O layer asks for a plan and a
-// schedule and then follows it with real timers. See docs/simulator.md for the model and sources.
+// schedule and then follows it with real timers. The profiles it runs (SimProfile, find_profile)
+// live in common/sim/profiles.hpp, shared with the gateway. See docs/simulator.md for the model
+// and sources.
 
 #include <cstddef>
 #include <cstdint>
@@ -14,26 +16,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/sim/profiles.hpp"
+
 namespace fg::sim {
-
-// Measured (or, where stated in `source`, estimated) speeds of one model on one class of phone.
-struct SimProfile {
-  std::string name;        // "qwen3.5-9b/snapdragon-8-elite"
-  std::size_t slots = 1;   // parallel chats (llama.cpp --parallel)
-  double prefill_tps = 0;  // prompt tokens read per second, long-prompt average
-  double decode_tps = 0;   // tokens generated per second by a single busy slot
-  // Total decode throughput multiplier with k busy slots, at index k-1 (so [0] is 1.0). Per-stream
-  // speed with k busy slots is decode_tps * scaling[k-1] / k.
-  std::vector<double> parallel_decode_scaling;
-  std::size_t default_max_tokens = 16;  // natural answer length when the client sets no lower cap
-  std::string source;                   // where the figures come from, and what is estimated
-};
-
-// The built-in profiles, in table order.
-const std::vector<SimProfile>& profiles();
-// nullptr when no profile has that exact name.
-const SimProfile* find_profile(std::string_view name);
-std::vector<std::string> profile_names();
 
 // Knobs of the agent's sim engine.
 struct SimOptions {

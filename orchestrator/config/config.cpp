@@ -1,22 +1,23 @@
 #include "orchestrator/config/config.hpp"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <utility>
 
+#include "common/config/yaml_reader.hpp"
 #include "common/sim/profiles.hpp"
 #include "common/util/duration.hpp"
-#include "common/util/text.hpp"
 
 namespace fg::config {
 namespace {
+
+using yaml::Map;
+using yaml::Value;
 
 // Key names each section accepts. Kept next to the parser so a new field cannot be parsed
 // without also being accepted (and suggested in "did you mean").
@@ -49,611 +50,277 @@ const std::vector<std::string> kUpstreamKeys = {"api_key_env",     "ca_file",
 const std::vector<std::string> kLogKeys = {"level"};
 const std::vector<std::string> kLogLevels = {"debug", "info", "warn", "error"};
 
-std::string quoted(const std::string& s) {
-  return "\"" + s + "\"";
-}
+constexpr const char* kListenExample = "127.0.0.1:8080";
+constexpr const char* kEndpointExample = "https://a1b2c3.acu.run";
 
-std::string describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map:
-      return "a map";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Null:
-      return "nothing";
-    case YAML::NodeType::Scalar:
-      return quoted(node.Scalar());
-    case YAML::NodeType::Undefined:
-      break;
-  }
-  return "nothing";
-}
-
-std::string join(const std::string& path, const std::string& key) {
-  return path.empty() ? key : path + "." + key;
-}
-
-std::string index_path(const std::string& path, std::size_t i) {
-  return path + "[" + std::to_string(i) + "]";
-}
-
-// A checked YAML map: its keys are known and unique, and values are looked up by name.
-struct Section {
-  std::string path;  // dotted path of the map itself ("" for the root)
-  int line = 1;      // 1-based line of the map, used for keys that are missing
-  std::map<std::string, YAML::Node> values;
-  std::map<std::string, int> key_lines;  // 1-based line of each key
-
-  const YAML::Node* find(const std::string& key) const {
-    auto it = values.find(key);
-    return it == values.end() ? nullptr : &it->second;
-  }
-};
-
+// The gateway's schema over the shared YAML layer (common/config/yaml_reader.hpp): which keys
+// exist, their defaults (the structs' initialisers) and the checks across keys.
 class Parser {
  public:
-  explicit Parser(std::string source) : source_(std::move(source)) {}
-
-  Config parse(const std::string& text) {
-    std::vector<YAML::Node> docs;
-    try {
-      docs = YAML::LoadAll(text);
-    } catch (const YAML::Exception& e) {
-      fail(e.mark.is_null() ? 1 : e.mark.line + 1, "(syntax)", e.msg);
-    }
-    if (docs.size() > 1) {
-      fail(line_of(docs[1], 1), "(root)",
-           "only one YAML document is allowed (found a second '---')");
-    }
+  Config parse(const yaml::Document& doc) {
     Config config;
-    if (docs.empty() || docs[0].IsNull()) {
-      fail(1, "models", "missing; at least one model is required (the file is empty)");
+    const Value& root = doc.root();
+    if (root.is_null()) {
+      root.fail_at(1, "models", "missing; at least one model is required (the file is empty)");
     }
-    const YAML::Node& root = docs[0];
-    if (!root.IsMap()) {
-      fail(line_of(root, 1), "(root)",
-           "expected a map of sections (server, admin, models, ...), got " + describe(root));
+    if (!root.is_map()) {
+      root.fail("expected a map of sections (server, admin, models, ...), got " + root.describe());
     }
-    const Section top = section(root, "", 1, kRootKeys);
-    if (const auto* n = top.find("server")) {
-      parse_server(*n, value_line(top, "server"), config.server);
+    const Map top = root.map(kRootKeys);
+    if (const Value* v = top.find("server")) {
+      parse_server(v->map(kServerKeys), config.server);
     }
-    if (const auto* n = top.find("admin")) {
-      const Section s = section(*n, "admin", value_line(top, "admin"), kAdminKeys);
-      admin_listen_line_ = read_host_port(s, "listen", config.admin.listen);
-      if (const auto* t = s.find("tls")) {
-        read_tls(*t, "admin.tls", value_line(s, "tls"), config.admin.tls);
+    if (const Value* v = top.find("admin")) {
+      const Map s = v->map(kAdminKeys);
+      if (s.read_host_port("listen", config.admin.listen, kListenExample)) {
+        admin_listen_line_ = s.line_of("listen");
       }
-      read_env_name(s, "token_env", config.admin.token_env);
-      read_string(s, "prometheus_sd_file", config.admin.prometheus_sd_file);
+      if (const Value* t = s.find("tls")) {
+        read_tls(t->map(kTlsKeys), config.admin.tls);
+      }
+      s.read_env_name("token_env", config.admin.token_env);
+      s.read_string("prometheus_sd_file", config.admin.prometheus_sd_file);
     }
     // Before the models: each model's health settings start from the global ones.
-    if (const auto* n = top.find("health")) {
-      const Section s = section(*n, "health", value_line(top, "health"), kHealthKeys);
-      read_health(s, config.health);
-      check_health_timeout(s, nullptr, config.health);
-      global_health_ = s;
+    if (const Value* v = top.find("health")) {
+      global_health_ = v->map(kHealthKeys);
+      read_health(*global_health_, config.health);
+      check_health_timeout(nullptr, config.health);
     }
-    if (const auto* n = top.find("registration")) {
-      parse_registration(*n, value_line(top, "registration"), config.registration);
+    if (const Value* v = top.find("registration")) {
+      parse_registration(v->map(kRegistrationKeys), config.registration);
     }
-    const YAML::Node* models = top.find("models");
+    const Value* models = top.find("models");
     if (models == nullptr) {
-      fail(top.line, "models", "missing; at least one model is required");
+      top.fail("models", "missing; at least one model is required");
     }
-    parse_models(*models, value_line(top, "models"), config.health, config.models);
-    if (const auto* n = top.find("routing")) {
-      parse_routing(*n, value_line(top, "routing"), config.routing);
+    parse_models(*models, config.health, config.models);
+    if (const Value* v = top.find("routing")) {
+      parse_routing(v->map(kRoutingKeys), config.routing);
     }
-    if (const auto* n = top.find("upstream")) {
-      parse_upstream(*n, value_line(top, "upstream"), config.upstream);
+    if (const Value* v = top.find("upstream")) {
+      parse_upstream(v->map(kUpstreamKeys), config.upstream);
     }
-    if (const auto* n = top.find("metrics")) {
-      const Section s = section(*n, "metrics", value_line(top, "metrics"), kMetricsKeys);
-      read_bool(s, "per_replica", config.metrics.per_replica);
-      read_bool(s, "request_stream_usage", config.metrics.request_stream_usage);
+    if (const Value* v = top.find("metrics")) {
+      const Map s = v->map(kMetricsKeys);
+      s.read_bool("per_replica", config.metrics.per_replica);
+      s.read_bool("request_stream_usage", config.metrics.request_stream_usage);
     }
-    if (const auto* n = top.find("log")) {
-      const Section s = section(*n, "log", value_line(top, "log"), kLogKeys);
-      read_string(s, "level", config.log.level);
-      if (std::find(kLogLevels.begin(), kLogLevels.end(), config.log.level) == kLogLevels.end()) {
-        fail(value_line(s, "level"), "log.level",
-             "expected one of debug, info, warn, error, got " + quoted(config.log.level));
-      }
+    if (const Value* v = top.find("log")) {
+      v->map(kLogKeys).read_one_of("level", config.log.level, kLogLevels);
     }
-    check_listeners(config);
+    check_listeners(root, config);
     return config;
   }
 
  private:
-  [[noreturn]] void fail(int line, const std::string& path, const std::string& what) const {
-    throw ConfigError(source_ + ":" + std::to_string(line) + ": " + path + ": " + what);
+  void parse_server(const Map& s, ServerConfig& out) {
+    if (s.read_host_port("listen", out.listen, kListenExample)) {
+      server_listen_line_ = s.line_of("listen");
+    }
+    if (const Value* t = s.find("tls")) {
+      read_tls(t->map(kTlsKeys), out.tls);
+    }
+    s.read_env_name("api_keys_env", out.api_keys_env);
+    s.read_whole("max_body_bytes", out.max_body_bytes, 1);
+    s.read_whole("max_connections", out.max_connections, 1);
+    s.read_whole("max_connections_per_ip", out.max_connections_per_ip);
+    if (s.has("read_timeout")) {
+      s.fail("read_timeout",
+             "replaced by server.header_timeout (first byte to end of headers) and "
+             "server.body_timeout (the body); set those instead");
+    }
+    s.read_duration("header_timeout", out.header_timeout, false);
+    s.read_duration("body_timeout", out.body_timeout, false);
+    s.read_duration("idle_timeout", out.idle_timeout, false);
+    s.read_duration("write_timeout", out.write_timeout, false);
+    s.read_duration("drain_timeout", out.drain_timeout, true);
   }
 
-  static int line_of(const YAML::Node& node, int fallback) {
-    const YAML::Mark mark = node.Mark();
-    return mark.is_null() ? fallback : mark.line + 1;
-  }
-
-  // The line to blame for key's value. A key with no value gets the key's own line: yaml-cpp
-  // marks an empty value where the next token starts, often on a later line.
-  static int value_line(const Section& s, const std::string& key) {
-    const auto k = s.key_lines.find(key);
-    const int key_line = k == s.key_lines.end() ? s.line : k->second;
-    const YAML::Node* n = s.find(key);
-    if (n == nullptr || n->IsNull()) {
-      return key_line;
-    }
-    return line_of(*n, key_line);
-  }
-
-  // Checks that node is a map with only known, unique keys. A section written with no value
-  // ("server:") counts as empty, so commenting out all its keys keeps the file valid.
-  // parent_line is blamed when node is empty and has no useful position of its own.
-  Section section(const YAML::Node& node, const std::string& path, int parent_line,
-                  const std::vector<std::string>& known) const {
-    Section s;
-    s.path = path;
-    s.line = node.IsNull() ? parent_line : line_of(node, parent_line);
-    if (node.IsNull()) {
-      return s;
-    }
-    if (!node.IsMap()) {
-      fail(s.line, path, "expected a map, got " + describe(node));
-    }
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node key_node = it->first;
-      const int key_line = line_of(key_node, s.line);
-      if (!key_node.IsScalar()) {
-        fail(key_line, path.empty() ? "(root)" : path,
-             "keys must be plain names, got " + describe(key_node));
-      }
-      const std::string& key = key_node.Scalar();
-      const std::string key_path = join(path, key);
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        std::string what = "unknown key";
-        if (const std::string hint = closest_word(key, known); !hint.empty()) {
-          what += "; did you mean '" + hint + "'?";
-        }
-        fail(key_line, key_path, what);
-      }
-      // yaml-cpp keeps the first of two equal keys silently; a repeated key is a mistake.
-      if (!s.values.emplace(key, it->second).second) {
-        fail(key_line, key_path, "duplicate key");
-      }
-      s.key_lines[key] = key_line;
-    }
-    return s;
-  }
-
-  // Reads a scalar's text. A key with no value reads as "" (strings only).
-  bool read_string(const Section& s, const std::string& key, std::string& out) const {
-    const YAML::Node* n = s.find(key);
-    if (n == nullptr) {
-      return false;
-    }
-    if (n->IsNull()) {
-      out.clear();
-      return true;
-    }
-    if (!n->IsScalar()) {
-      fail(value_line(s, key), join(s.path, key), "expected a string, got " + describe(*n));
-    }
-    out = n->Scalar();
-    return true;
-  }
-
-  // Reads a non-negative whole number no larger than max.
-  bool read_uint(const Section& s, const std::string& key, std::uint64_t max,
-                 std::uint64_t& out) const {
-    const YAML::Node* n = s.find(key);
-    if (n == nullptr) {
-      return false;
-    }
-    const int line = value_line(s, key);
-    const std::string path = join(s.path, key);
-    if (!n->IsScalar()) {
-      fail(line, path, "expected a whole number, got " + describe(*n));
-    }
-    const std::string& text = n->Scalar();
-    std::string digits = text;
-    const bool negative = !digits.empty() && digits[0] == '-';
-    if (negative) {
-      digits.erase(0, 1);
-    }
-    const bool all_digits =
-        !digits.empty() &&
-        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (!all_digits) {
-      fail(line, path, "expected a whole number, got " + quoted(text));
-    }
-    if (negative) {
-      fail(line, path, "must not be negative, got " + text);
-    }
-    std::uint64_t v = 0;
-    for (char c : digits) {
-      const std::uint64_t d = static_cast<std::uint64_t>(c - '0');
-      if (v > (max - d) / 10) {
-        fail(line, path, "must be at most " + std::to_string(max) + ", got " + text);
-      }
-      v = v * 10 + d;
-    }
-    out = v;
-    return true;
-  }
-
-  bool read_u32(const Section& s, const std::string& key, std::uint32_t& out) const {
-    std::uint64_t v = 0;
-    if (!read_uint(s, key, std::numeric_limits<std::uint32_t>::max(), v)) {
-      return false;
-    }
-    out = static_cast<std::uint32_t>(v);
-    return true;
-  }
-
-  // Reads a u32 that must lie in [min, max].
-  void read_u32_in(const Section& s, const std::string& key, std::uint32_t min, std::uint32_t max,
-                   std::uint32_t& out) const {
-    std::uint32_t v = 0;
-    if (!read_u32(s, key, v)) {
-      return;
-    }
-    if (v < min || v > max) {
-      fail(value_line(s, key), join(s.path, key),
-           "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " +
-               std::to_string(v));
-    }
-    out = v;
-  }
-
-  void read_positive_u32(const Section& s, const std::string& key, std::uint32_t& out) const {
-    std::uint32_t v = 0;
-    if (!read_u32(s, key, v)) {
-      return;
-    }
-    if (v == 0) {
-      fail(value_line(s, key), join(s.path, key), "must be greater than 0");
-    }
-    out = v;
-  }
-
-  void read_bool(const Section& s, const std::string& key, bool& out) const {
-    const YAML::Node* n = s.find(key);
-    if (n == nullptr) {
-      return;
-    }
-    bool v = false;
-    if (!n->IsScalar() || !YAML::convert<bool>::decode(*n, v)) {
-      fail(value_line(s, key), join(s.path, key), "expected true or false, got " + describe(*n));
-    }
-    out = v;
-  }
-
-  // Reads "250ms", "30s", "5m", "1h". A bare number is refused: the unit must be explicit.
-  void read_duration(const Section& s, const std::string& key, bool allow_zero,
-                     milliseconds& out) const {
-    const YAML::Node* n = s.find(key);
-    if (n == nullptr) {
-      return;
-    }
-    const int line = value_line(s, key);
-    const std::string path = join(s.path, key);
-    // The default, spelled in seconds as the docs do ("600s" rather than "10m").
-    const std::string example =
-        out.count() % 1000 == 0 ? std::to_string(out.count() / 1000) + "s" : format_duration(out);
-    if (!n->IsScalar()) {
-      fail(line, path, "expected a duration such as " + example + ", got " + describe(*n));
-    }
-    const std::string& text = n->Scalar();
-    const auto parsed = parse_duration(text);
-    if (!parsed) {
-      std::string what = "expected a duration such as " + example + ", got " + quoted(text);
-      const bool bare_number = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-        return c >= '0' && c <= '9';
-      });
-      if (bare_number) {
-        what += " (add a unit: ms, s, m or h)";
-      }
-      fail(line, path, what);
-    }
-    if (!allow_zero && parsed->count() == 0) {
-      fail(line, path, "must be greater than 0");
-    }
-    out = *parsed;
-  }
-
-  // Reads the name of an environment variable; "" means unset.
-  void read_env_name(const Section& s, const std::string& key, std::string& out) const {
-    if (!read_string(s, key, out) || out.empty()) {
-      return;
-    }
-    if (!is_env_name(out)) {
-      fail(value_line(s, key), join(s.path, key),
-           "expected an environment variable name (letters, digits, '_'; not starting with a "
-           "digit), got " +
-               quoted(out));
-    }
-  }
-
-  // Returns the line of the value, or 0 when the key is absent.
-  int read_host_port(const Section& s, const std::string& key, net::HostPort& out) const {
-    std::string text;
-    if (!read_string(s, key, text)) {
-      return 0;
-    }
-    std::string error;
-    const auto parsed = net::parse_host_port(text, &error);
-    if (!parsed) {
-      fail(value_line(s, key), join(s.path, key),
-           "expected host:port such as 127.0.0.1:8080, got " + quoted(text) +
-               (error.empty() ? "" : " (" + error + ")"));
-    }
-    out = *parsed;
-    return value_line(s, key);
-  }
-
-  void parse_server(const YAML::Node& node, int line, ServerConfig& out) {
-    const Section s = section(node, "server", line, kServerKeys);
-    server_listen_line_ = read_host_port(s, "listen", out.listen);
-    if (const auto* n = s.find("tls")) {
-      read_tls(*n, "server.tls", value_line(s, "tls"), out.tls);
-    }
-    read_env_name(s, "api_keys_env", out.api_keys_env);
-    read_positive_u64(s, "max_body_bytes", out.max_body_bytes);
-    read_positive_u32(s, "max_connections", out.max_connections);
-    read_u32(s, "max_connections_per_ip", out.max_connections_per_ip);
-    if (s.find("read_timeout") != nullptr) {
-      fail(value_line(s, "read_timeout"), "server.read_timeout",
-           "replaced by server.header_timeout (first byte to end of headers) and "
-           "server.body_timeout (the body); set those instead");
-    }
-    read_duration(s, "header_timeout", false, out.header_timeout);
-    read_duration(s, "body_timeout", false, out.body_timeout);
-    read_duration(s, "idle_timeout", false, out.idle_timeout);
-    read_duration(s, "write_timeout", false, out.write_timeout);
-    read_duration(s, "drain_timeout", true, out.drain_timeout);
-  }
-
-  void read_tls(const YAML::Node& node, const std::string& path, int line, TlsFiles& out) const {
-    const Section tls = section(node, path, line, kTlsKeys);
-    read_string(tls, "cert", out.cert);
-    read_string(tls, "key", out.key);
+  static void read_tls(const Map& tls, TlsFiles& out) {
+    tls.read_string("cert", out.cert);
+    tls.read_string("key", out.key);
     if (!out.cert.empty() && out.key.empty()) {
-      fail(value_line(tls, "cert"), path + ".key",
-           "missing; required when " + path + ".cert is set");
+      tls.fail_at(tls.line_of("cert"), tls.path_of("key"),
+                  "missing; required when " + tls.path_of("cert") + " is set");
     }
     if (out.cert.empty() && !out.key.empty()) {
-      fail(value_line(tls, "key"), path + ".cert",
-           "missing; required when " + path + ".key is set");
+      tls.fail_at(tls.line_of("key"), tls.path_of("cert"),
+                  "missing; required when " + tls.path_of("key") + " is set");
     }
   }
 
-  void read_positive_u64(const Section& s, const std::string& key, std::uint64_t& out) const {
-    std::uint64_t v = out;
-    if (read_uint(s, key, std::numeric_limits<std::uint64_t>::max(), v)) {
-      if (v == 0) {
-        fail(value_line(s, key), join(s.path, key), "must be greater than 0");
-      }
-      out = v;
-    }
-  }
-
-  void parse_models(const YAML::Node& node, int line, const HealthConfig& health,
-                    std::vector<ModelConfig>& out) {
-    if (!node.IsSequence()) {
-      fail(line, "models", "expected a list of models, got " + describe(node));
-    }
-    if (node.size() == 0) {
-      fail(line, "models", "at least one model is required");
+  void parse_models(const Value& node, const HealthConfig& health, std::vector<ModelConfig>& out) {
+    const std::vector<Value> items = node.list("a list of models");
+    if (items.empty()) {
+      node.fail("at least one model is required");
     }
     std::map<std::string, std::string> names;  // name -> where it was first defined
-    for (std::size_t i = 0; i < node.size(); ++i) {
-      const YAML::Node m = node[i];
+    for (const Value& item : items) {
       ModelConfig model;
       model.health = health;
-      const int name_line = parse_model(m, index_path("models", i), line, model);
-      const std::string where =
-          index_path("models", i) + " (line " + std::to_string(name_line) + ")";
+      const int name_line = parse_model(item, model);
+      const std::string where = item.path() + " (line " + std::to_string(name_line) + ")";
       if (auto [it, fresh] = names.emplace(model.name, where); !fresh) {
-        fail(name_line, index_path("models", i) + ".name",
-             "duplicate model name " + quoted(model.name) + "; already defined at " + it->second);
+        item.fail_at(name_line, item.path() + ".name",
+                     "duplicate model name " + yaml::quote(model.name) + "; already defined at " +
+                         it->second);
       }
       out.push_back(std::move(model));
     }
   }
 
   // Returns the line of the model's name, for the duplicate-name check.
-  int parse_model(const YAML::Node& node, const std::string& path, int parent_line,
-                  ModelConfig& out) {
-    const Section s = section(node, path, parent_line, kModelKeys);
-    if (node.IsNull()) {
-      fail(s.line, path, "expected a map with at least 'name', got nothing");
+  int parse_model(const Value& node, ModelConfig& out) {
+    if (node.is_null()) {
+      node.fail("expected a map with at least 'name', got nothing");
     }
-    if (!read_string(s, "name", out.name)) {
-      fail(s.line, join(path, "name"), "missing; every model needs the name clients send");
+    const Map s = node.map(kModelKeys);
+    if (!s.read_string("name", out.name)) {
+      s.fail("name", "missing; every model needs the name clients send");
     }
-    const int name_line = value_line(s, "name");
     if (out.name.empty()) {
-      fail(name_line, join(path, "name"), "must not be empty");
+      s.fail("name", "must not be empty");
     }
-    read_u32(s, "replicas", out.replicas);
-    read_u32_in(s, "slots", 1, kMaxSlots, out.slots);
-    if (const auto* h = s.find("health")) {
-      const Section hs = section(*h, join(path, "health"), value_line(s, "health"), kHealthKeys);
+    s.read_whole("replicas", out.replicas);
+    s.read_whole("slots", out.slots, 1, kMaxSlots);
+    if (const Value* h = s.find("health")) {
+      const Map hs = h->map(kHealthKeys);
       read_health(hs, out.health);
-      check_health_timeout(global_health_, &hs, out.health);
+      check_health_timeout(&hs, out.health);
     }
-    if (const auto* l = s.find("local")) {
-      const Section ls = section(*l, join(path, "local"), value_line(s, "local"), kLocalKeys);
-      out.local = parse_local(ls);
+    if (const Value* l = s.find("local")) {
+      out.local = parse_local(l->map(kLocalKeys));
     }
-    const YAML::Node* eps = s.find("endpoints");
-    if (eps == nullptr || eps->IsNull()) {
-      return name_line;
+    if (const Value* eps = s.find("endpoints")) {
+      for (const Value& ep : eps->list("a list of endpoints")) {
+        out.endpoints.push_back(parse_endpoint(ep, out.slots));
+      }
     }
-    const std::string eps_path = join(path, "endpoints");
-    const int eps_line = value_line(s, "endpoints");
-    if (!eps->IsSequence()) {
-      fail(eps_line, eps_path, "expected a list of endpoints, got " + describe(*eps));
-    }
-    for (std::size_t i = 0; i < eps->size(); ++i) {
-      out.endpoints.push_back(
-          parse_endpoint((*eps)[i], index_path(eps_path, i), eps_line, out.slots));
-    }
-    return name_line;
+    return s.line_of("name");
   }
 
-  LocalFleetConfig parse_local(const Section& s) const {
+  static LocalFleetConfig parse_local(const Map& s) {
     LocalFleetConfig local;
-    read_u32_in(s, "count", 1, 256, local.count);
-    read_string(s, "engine", local.engine);
+    s.read_whole("count", local.count, 1, 256);
+    s.read_string("engine", local.engine);
     if (local.engine != "sim") {
-      fail(value_line(s, "engine"), join(s.path, "engine"),
-           "a local fleet runs the simulator only: use 'sim', got " + quoted(local.engine));
+      s.fail("engine",
+             "a local fleet runs the simulator only: use 'sim', got " + yaml::quote(local.engine));
     }
-    if (read_string(s, "profile", local.profile)) {
-      if (!sim::find_profile(local.profile)) {
-        fail(value_line(s, "profile"), join(s.path, "profile"),
-             "unknown simulator profile " + quoted(local.profile) +
-                 "; known: " + sim::profile_list());
+    if (s.read_string("profile", local.profile) && sim::find_profile(local.profile) == nullptr) {
+      s.fail("profile", "unknown simulator profile " + yaml::quote(local.profile) +
+                            "; known: " + sim::profile_list());
+    }
+    if (const Value* v = s.find("time_scale")) {
+      const yaml::Scalar scalar = v->scalar();
+      const std::string expected = "a number greater than 0 (10 runs the profile ten times faster)";
+      local.time_scale = scalar.number(expected);
+      if (!(local.time_scale > 0) || local.time_scale > sim::kMaxTimeScale) {
+        scalar.fail("expected " + expected + ", got " + v->describe());
       }
     }
-    if (const auto* n = s.find("time_scale")) {
-      const int line = value_line(s, "time_scale");
-      double v = 0;
-      if (!n->IsScalar() || !YAML::convert<double>::decode(*n, v) || !(v > 0) || v > 1e6) {
-        fail(line, join(s.path, "time_scale"),
-             "expected a number greater than 0 (10 runs the profile ten times faster), got " +
-                 describe(*n));
-      }
-      local.time_scale = v;
-    }
-    read_u32_in(s, "slots", 1, kMaxSlots, local.slots);
+    s.read_whole("slots", local.slots, 1, kMaxSlots);
     return local;
   }
 
   // An endpoint is a URL string, or a map {url, slots}.
-  Endpoint parse_endpoint(const YAML::Node& node, const std::string& path, int parent_line,
-                          std::uint32_t model_slots) {
+  Endpoint parse_endpoint(const Value& node, std::uint32_t model_slots) {
     Endpoint ep;
     ep.slots = model_slots;
-    std::string text;
-    int url_line = line_of(node, parent_line);
-    std::string url_path = path;
-    if (node.IsScalar()) {
-      text = node.Scalar();
-    } else if (node.IsMap()) {
-      const Section s = section(node, path, parent_line, kEndpointKeys);
-      url_path = join(path, "url");
-      if (!read_string(s, "url", text)) {
-        fail(s.line, url_path, "missing; an endpoint map needs a url");
+    const Value* url = &node;
+    std::optional<Map> s;
+    if (node.is_map()) {
+      s = node.map(kEndpointKeys);
+      url = s->find("url");
+      if (url == nullptr) {
+        s->fail("url", "missing; an endpoint map needs a url");
       }
-      url_line = value_line(s, "url");
-      read_u32_in(s, "slots", 1, kMaxSlots, ep.slots);
-    } else {
-      fail(url_line, path, "expected a URL or a map {url, slots}, got " + describe(node));
+      s->read_whole("slots", ep.slots, 1, kMaxSlots);
+    } else if (!node.is_scalar()) {
+      node.fail("expected a URL or a map {url, slots}, got " + node.describe());
     }
-    std::string error;
-    const auto url = net::parse_url(text, &error);
-    if (!url) {
-      fail(url_line, url_path, "invalid URL " + quoted(text) + (error.empty() ? "" : ": " + error));
-    }
-    ep.url = *url;
+    ep.url = url->scalar().url(kEndpointExample);
     const std::string normalised = ep.url.to_string();
-    const std::string where = path + " (line " + std::to_string(url_line) + ")";
+    const std::string where = node.path() + " (line " + std::to_string(url->line()) + ")";
     if (auto [it, fresh] = endpoint_urls_.emplace(normalised, where); !fresh) {
-      fail(url_line, url_path,
-           "duplicate endpoint " + normalised + "; already listed at " + it->second);
+      url->fail("duplicate endpoint " + normalised + "; already listed at " + it->second);
     }
     return ep;
   }
 
   // Reads the health keys present in s over out (the defaults, or the global settings for a
   // model's override).
-  void read_health(const Section& s, HealthConfig& out) const {
-    read_duration(s, "interval", false, out.interval);
-    read_duration(s, "timeout", false, out.timeout);
-    if (read_string(s, "path", out.path)) {
+  static void read_health(const Map& s, HealthConfig& out) {
+    s.read_duration("interval", out.interval, false);
+    s.read_duration("timeout", out.timeout, false);
+    if (s.read_string("path", out.path)) {
       const bool clean = std::none_of(out.path.begin(), out.path.end(), [](char c) {
         return static_cast<unsigned char>(c) <= ' ' || c == '\x7f' || c == '#';
       });
       if (out.path.empty() || out.path[0] != '/' || !clean) {
-        fail(value_line(s, "path"), join(s.path, "path"),
-             "expected a URL path starting with \"/\" such as /health (no spaces or '#'), got " +
-                 quoted(out.path));
+        s.fail("path",
+               "expected a URL path starting with \"/\" such as /health (no spaces or '#'), got " +
+                   yaml::quote(out.path));
       }
     }
-    read_positive_u32(s, "unhealthy_after", out.unhealthy_after);
-    read_positive_u32(s, "healthy_after", out.healthy_after);
-    read_positive_u32(s, "eject_after", out.eject_after);
+    s.read_whole("unhealthy_after", out.unhealthy_after, 1);
+    s.read_whole("healthy_after", out.healthy_after, 1);
+    s.read_whole("eject_after", out.eject_after, 1);
   }
 
   // A probe that may take as long as the interval would overlap the next one. h holds resolved
-  // values; global is the top-level health section (empty when absent) and model the model's
-  // override (nullptr for the global check). Blames the key that made the pair invalid: the
-  // model's own timeout or interval when it wrote one, else the global one.
-  void check_health_timeout(const Section& global, const Section* model,
-                            const HealthConfig& h) const {
+  // values; model is the model's override (nullptr for the check of the global section itself).
+  // Blames the key that made the pair invalid: the model's own timeout or interval when it wrote
+  // one, else the global one.
+  void check_health_timeout(const Map* model, const HealthConfig& h) const {
     if (h.timeout < h.interval) {
       return;
     }
     // Where a resolved value came from, for the message.
     auto origin = [&](const std::string& key) -> std::string {
-      if (model != nullptr && model->find(key) != nullptr) {
-        return join(model->path, key);
+      if (model != nullptr && model->has(key)) {
+        return model->path_of(key);
       }
-      if (global.find(key) != nullptr) {
-        return join("health", key);
+      if (global_health_ && global_health_->has(key)) {
+        return global_health_->path_of(key);
       }
       return "default";
     };
-    const Section& blamed = model != nullptr ? *model : global;
-    const std::string key = blamed.find("timeout") != nullptr ? "timeout" : "interval";
-    fail(value_line(blamed, key), join(blamed.path, key),
-         "the probe timeout must be less than the interval, got timeout " +
-             format_duration(h.timeout) + " (" + origin("timeout") + ") and interval " +
-             format_duration(h.interval) + " (" + origin("interval") + ")");
+    const Map& blamed = model != nullptr ? *model : *global_health_;
+    const std::string key = blamed.has("timeout") ? "timeout" : "interval";
+    blamed.fail(key, "the probe timeout must be less than the interval, got timeout " +
+                         format_duration(h.timeout) + " (" + origin("timeout") + ") and interval " +
+                         format_duration(h.interval) + " (" + origin("interval") + ")");
   }
 
-  void parse_registration(const YAML::Node& node, int line, RegistrationConfig& out) const {
-    const Section s = section(node, "registration", line, kRegistrationKeys);
-    read_env_name(s, "token_env", out.token_env);
-    const YAML::Node* urls = s.find("allowed_urls");
-    const std::string urls_path = "registration.allowed_urls";
-    if (urls != nullptr && !urls->IsNull()) {
-      const int urls_line = value_line(s, "allowed_urls");
-      if (!urls->IsSequence()) {
-        fail(urls_line, urls_path,
-             "expected a list of URL patterns such as [\"https://*.acu.run\"], got " +
-                 describe(*urls));
-      }
-      for (std::size_t i = 0; i < urls->size(); ++i) {
-        const YAML::Node item = (*urls)[i];
-        const int item_line = line_of(item, urls_line);
-        const std::string item_path = index_path(urls_path, i);
-        if (!item.IsScalar()) {
-          fail(item_line, item_path, "expected a URL pattern, got " + describe(item));
-        }
-        check_url_pattern(item.Scalar(), item_line, item_path);
-        out.allowed_urls.push_back(item.Scalar());
+  static void parse_registration(const Map& s, RegistrationConfig& out) {
+    s.read_env_name("token_env", out.token_env);
+    const Value* urls = s.find("allowed_urls");
+    if (urls != nullptr) {
+      for (const Value& item :
+           urls->list("a list of URL patterns such as [\"https://*.acu.run\"]")) {
+        const std::string pattern = item.scalar().text("a URL pattern");
+        check_url_pattern(item, pattern);
+        out.allowed_urls.push_back(pattern);
       }
     }
-    read_duration(s, "expire_after", false, out.expire_after);
-    read_duration(s, "heartbeat_interval", false, out.heartbeat_interval);
+    s.read_duration("expire_after", out.expire_after, false);
+    s.read_duration("heartbeat_interval", out.heartbeat_interval, false);
     if (!out.token_env.empty() && out.allowed_urls.empty()) {
-      const std::string key = urls != nullptr ? "allowed_urls" : "token_env";
-      fail(value_line(s, key), urls_path,
-           "empty while registration.token_env is set, so every registration would be refused; "
-           "list the URL patterns agents may register (e.g. \"https://*.acu.run\"), or leave "
-           "token_env empty to disable registration");
+      s.fail_at(s.line_of(urls != nullptr ? "allowed_urls" : "token_env"),
+                s.path_of("allowed_urls"),
+                "empty while registration.token_env is set, so every registration would be "
+                "refused; list the URL patterns agents may register (e.g. \"https://*.acu.run\"), "
+                "or leave token_env empty to disable registration");
     }
   }
 
   // Patterns are matched against normalised URLs (lower-case scheme and host, no default port,
   // no trailing slash), so a pattern that could never match one is refused here.
-  void check_url_pattern(const std::string& pattern, int line, const std::string& path) const {
+  static void check_url_pattern(const Value& item, const std::string& pattern) {
     const auto bad = [&](const std::string& why) {
-      fail(line, path, "invalid URL pattern " + quoted(pattern) + ": " + why);
+      item.fail("invalid URL pattern " + yaml::quote(pattern) + ": " + why);
     };
     std::string scheme;
     for (const char* s : {"http", "https"}) {
@@ -689,30 +356,28 @@ class Parser {
     }
   }
 
-  void parse_routing(const YAML::Node& node, int line, RoutingConfig& out) const {
-    const Section s = section(node, "routing", line, kRoutingKeys);
-    read_positive_u32(s, "queue_max", out.queue_max);
-    read_duration(s, "queue_timeout", false, out.queue_timeout);
-    read_duration(s, "request_timeout", false, out.request_timeout);
-    read_u32(s, "retries", out.retries);
-    read_duration(s, "keepalive_interval", true, out.keepalive_interval);
+  static void parse_routing(const Map& s, RoutingConfig& out) {
+    s.read_whole("queue_max", out.queue_max, 1);
+    s.read_duration("queue_timeout", out.queue_timeout, false);
+    s.read_duration("request_timeout", out.request_timeout, false);
+    s.read_whole("retries", out.retries);
+    s.read_duration("keepalive_interval", out.keepalive_interval, true);
   }
 
-  void parse_upstream(const YAML::Node& node, int line, UpstreamConfig& out) const {
-    const Section s = section(node, "upstream", line, kUpstreamKeys);
-    read_env_name(s, "api_key_env", out.api_key_env);
-    read_string(s, "ca_file", out.ca_file);
-    read_duration(s, "connect_timeout", false, out.connect_timeout);
-    read_duration(s, "first_byte_timeout", false, out.first_byte_timeout);
-    read_duration(s, "idle_timeout", false, out.idle_timeout);
-    read_u32(s, "max_idle_per_replica", out.max_idle_per_replica);
-    read_positive_u64(s, "max_event_bytes", out.max_event_bytes);
-    read_positive_u64(s, "max_response_bytes", out.max_response_bytes);
-    read_duration(s, "dns_cache_ttl", true, out.dns_cache_ttl);
+  static void parse_upstream(const Map& s, UpstreamConfig& out) {
+    s.read_env_name("api_key_env", out.api_key_env);
+    s.read_string("ca_file", out.ca_file);
+    s.read_duration("connect_timeout", out.connect_timeout, false);
+    s.read_duration("first_byte_timeout", out.first_byte_timeout, false);
+    s.read_duration("idle_timeout", out.idle_timeout, false);
+    s.read_whole("max_idle_per_replica", out.max_idle_per_replica);
+    s.read_whole("max_event_bytes", out.max_event_bytes, 1);
+    s.read_whole("max_response_bytes", out.max_response_bytes, 1);
+    s.read_duration("dns_cache_ttl", out.dns_cache_ttl, true);
   }
 
   // Two listeners on one address would make the second bind fail at startup; say so now.
-  void check_listeners(const Config& config) const {
+  void check_listeners(const Value& root, const Config& config) const {
     const net::HostPort& pub = config.server.listen;
     const net::HostPort& adm = config.admin.listen;
     if (pub.port == 0 || pub.port != adm.port || !hosts_overlap(pub.host, adm.host)) {
@@ -720,11 +385,11 @@ class Parser {
     }
     // Blame the address the operator wrote; with both defaulted this cannot happen.
     if (admin_listen_line_ != 0) {
-      fail(admin_listen_line_, "admin.listen",
-           "must differ from server.listen (both are " + adm.to_string() + ")");
+      root.fail_at(admin_listen_line_, "admin.listen",
+                   "must differ from server.listen (both are " + adm.to_string() + ")");
     }
-    fail(server_listen_line_ != 0 ? server_listen_line_ : 1, "server.listen",
-         "must differ from admin.listen (both are " + pub.to_string() + ")");
+    root.fail_at(server_listen_line_ != 0 ? server_listen_line_ : 1, "server.listen",
+                 "must differ from admin.listen (both are " + pub.to_string() + ")");
   }
 
   // Whether binding both hosts on one port would collide: the same host, or a wildcard that
@@ -738,11 +403,10 @@ class Parser {
     return (a == "0.0.0.0" && !b_v6) || (b == "0.0.0.0" && !a_v6);
   }
 
-  std::string source_;
   std::map<std::string, std::string> endpoint_urls_;  // normalised URL -> where first listed
   int server_listen_line_ = 0;                        // 0 = not written in the file
   int admin_listen_line_ = 0;
-  Section global_health_{"health", 1, {}, {}};  // the top-level health section; empty if absent
+  std::optional<Map> global_health_;  // the top-level health section, when written
 };
 
 }  // namespace
@@ -770,7 +434,11 @@ bool glob_match(std::string_view pattern, std::string_view text) {
 }
 
 Config load_config_string(const std::string& text, const std::string& source) {
-  return Parser(source).parse(text);
+  try {
+    return Parser().parse(yaml::Document::parse(text, source));
+  } catch (const yaml::Error& e) {
+    throw ConfigError(e.what());
+  }
 }
 
 Config load_config_file(const std::string& path) {

@@ -1,19 +1,14 @@
 #include "replica-agent/config/agent_config.hpp"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <sstream>
 
+#include "common/config/yaml_reader.hpp"
 #include "common/sim/profiles.hpp"
-#include "common/util/duration.hpp"
-#include "common/util/text.hpp"
 
 namespace fg::agent {
 
@@ -30,6 +25,7 @@ const std::vector<std::string> kAutotuneKeys = {"threads", "batch_size", "prompt
 const std::vector<std::string> kGatewayKeys = {"url", "token_env"};
 const std::vector<std::string> kTlsKeys = {"cert", "key"};
 const std::vector<std::string> kLogKeys = {"level"};
+const std::vector<std::string> kLogLevels = {"debug", "info", "warn", "error"};
 
 // Flags and the key each one sets. --config, --check, --help and --version are handled apart.
 struct FlagKey {
@@ -62,54 +58,8 @@ const std::vector<FlagKey> kFlags = {
     {"--drain-timeout", "drain_timeout"},
 };
 
-std::string in_quotes(std::string_view s) {
-  return "\"" + std::string(s) + "\"";
-}
-
-std::string did_you_mean(const std::string& key, const std::vector<std::string>& known) {
-  const std::string best = closest_word(key, known);
-  return best.empty() ? "" : "; did you mean '" + best + "'?";
-}
-
-std::optional<std::uint64_t> to_uint(std::string_view text) {
-  std::uint64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-    return std::nullopt;
-  }
-  return value;
-}
-
-std::optional<double> to_double(std::string_view text) {
-  double value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
-      !std::isfinite(value)) {
-    return std::nullopt;
-  }
-  return value;
-}
-
-std::string number_text(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
-
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
   throw AgentConfigError(where + ": " + what);
-}
-
-double in_range(const std::string& where, std::string_view text, double low, double high) {
-  auto v = to_double(text);
-  if (!v) {
-    fail(where, "expected a number, got " + in_quotes(text));
-  }
-  if (*v < low || *v > high) {
-    fail(where, "must be between " + number_text(low) + " and " + number_text(high) + ", got " +
-                    in_quotes(text));
-  }
-  return *v;
 }
 
 std::vector<std::string> split_words(std::string_view text) {
@@ -128,77 +78,52 @@ std::vector<std::string> split_list(std::string_view text) {
   return split_words(spaced);
 }
 
-std::uint32_t whole_in_range(const std::string& where, std::string_view text, std::uint32_t low,
-                             std::uint32_t high) {
-  auto v = to_uint(text);
-  if (!v) {
-    fail(where, "expected a whole number, got " + in_quotes(text));
-  }
-  if (*v < low || *v > high) {
-    fail(where, "must be between " + std::to_string(low) + " and " + std::to_string(high) +
-                    ", got " + std::string(text));
-  }
-  return static_cast<std::uint32_t>(*v);
-}
-
-// The values of an engine.autotune list: at least one, each in [low, high], no repeats.
-std::vector<std::uint32_t> autotune_list(const std::string& where,
-                                         const std::vector<std::string>& items,
-                                         std::uint32_t high) {
-  if (items.empty()) {
-    fail(where, "expected a list of at least one value to try, such as [1, 2, 4]");
-  }
-  std::vector<std::uint32_t> values;
-  for (const auto& item : items) {
-    const std::uint32_t v = whole_in_range(where, item, 1, high);
-    if (std::find(values.begin(), values.end(), v) != values.end()) {
-      fail(where, "lists " + item + " twice");
-    }
-    values.push_back(v);
-  }
-  return values;
-}
-
 bool is_autotune_list(const std::string& key) {
   return key == "engine.autotune.threads" || key == "engine.autotune.batch_size";
 }
 
-void set_autotune_list(AgentConfig& c, const std::string& key,
-                       const std::vector<std::string>& items, const std::string& where) {
+// An engine.autotune list: at least one value, each in [1, the key's limit], no repeats. Each item
+// is read with the list's place (the file's key or the flag), as "threads: [0, 1]" is one value.
+void set_autotune_list(AgentConfig& c, const std::string& key, const std::string& where,
+                       const std::vector<std::string>& items) {
   const bool threads = key == "engine.autotune.threads";
-  auto values = autotune_list(where, items, threads ? kMaxAutotuneThreads : kMaxAutotuneBatchSize);
+  if (items.empty()) {
+    throw yaml::Error(where + ": expected a list of at least one value to try, such as [1, 2, 4]");
+  }
+  std::vector<std::uint32_t> values;
+  for (const auto& item : items) {
+    const std::uint32_t v =
+        yaml::Scalar(where, item).whole32(1, threads ? kMaxAutotuneThreads : kMaxAutotuneBatchSize);
+    if (std::find(values.begin(), values.end(), v) != values.end()) {
+      throw yaml::Error(where + ": lists " + item + " twice");
+    }
+    values.push_back(v);
+  }
   (threads ? c.engine.autotune.threads : c.engine.autotune.batch_size) = std::move(values);
   c.engine.autotune.enabled = true;
 }
 
-// Sets one key from its text. `where` prefixes messages ("agent.yaml:7: engine.seed" or
-// "--seed"). A duration from a flag may be a bare number of seconds; in the file it needs a unit,
-// as everywhere in the gateway's YAML.
-void apply_value(AgentConfig& c, const std::string& key, const std::string& text,
-                 const std::string& where, bool from_flag) {
+// An optional URL (public_url, gateway.url): empty means none; stored normalised.
+std::string optional_url(const yaml::Scalar& v, std::string_view example) {
+  const std::string text = v.string();
+  return text.empty() ? std::string() : v.url(example).to_string();
+}
+
+// Sets one key from one value, a flag's or the file's, with the rules of common/config/scalar.hpp
+// (lists in the file are read in FileParser::set). A duration from a flag may also be a bare
+// number of seconds; in the file it needs a unit, as everywhere in both binaries' YAML.
+void apply_value(AgentConfig& c, const std::string& key, const yaml::Scalar& v, bool from_flag) {
   if (key == "listen") {
-    std::string why;
-    auto parsed = net::parse_host_port(text, &why);
-    if (!parsed) {
-      fail(where, "expected host:port such as 0.0.0.0:8081, got " + in_quotes(text) +
-                      (why.empty() ? "" : " (" + why + ")"));
-    }
-    c.listen = *parsed;
+    c.listen = v.host_port("0.0.0.0:8081");
   } else if (key == "model") {
-    if (text.empty()) {
-      fail(where, "must not be empty");
+    c.model = v.string();
+    if (c.model.empty()) {
+      v.fail("must not be empty");
     }
-    c.model = text;
   } else if (key == "slots") {
-    auto v = to_uint(text);
-    if (!v) {
-      fail(where, "expected a whole number, got " + in_quotes(text));
-    }
-    if (*v < 1 || *v > kMaxAgentSlots) {
-      fail(where, "must be between 1 and " + std::to_string(kMaxAgentSlots) + ", got " + text);
-    }
-    c.slots = static_cast<std::uint32_t>(*v);
+    c.slots = v.whole32(1, kMaxAgentSlots);
   } else if (key == "engine.kind") {
+    const std::string& text = v.text("sim, llama-server or openai");
     if (text == "sim") {
       c.engine.kind = EngineKind::sim;
     } else if (text == "llama-server") {
@@ -206,137 +131,83 @@ void apply_value(AgentConfig& c, const std::string& key, const std::string& text
     } else if (text == "openai") {
       c.engine.kind = EngineKind::openai;
     } else {
-      fail(where, "expected sim, llama-server or openai, got " + in_quotes(text));
+      v.fail("expected sim, llama-server or openai, got " + yaml::quote(text));
     }
   } else if (key == "engine.profile") {
+    const std::string& text = v.text("a simulator profile");
     if (sim::find_profile(text) == nullptr) {
-      fail(where,
-           "unknown simulator profile " + in_quotes(text) + "; known: " + sim::profile_list());
+      v.fail("unknown simulator profile " + yaml::quote(text) + "; known: " + sim::profile_list());
     }
     c.engine.profile = text;
   } else if (key == "engine.time_scale") {
-    auto v = to_double(text);
-    if (!v || !(*v > 0) || *v > 1e6) {
-      fail(where, "expected a number greater than 0 (10 runs the profile ten times faster), got " +
-                      in_quotes(text));
+    const std::string expected = "a number greater than 0 (10 runs the profile ten times faster)";
+    c.engine.time_scale = v.number(expected);
+    if (!(c.engine.time_scale > 0) || c.engine.time_scale > sim::kMaxTimeScale) {
+      v.fail("expected " + expected + ", got " + yaml::quote(v.text(expected)));
     }
-    c.engine.time_scale = *v;
   } else if (key == "engine.jitter") {
-    c.engine.jitter = in_range(where, text, 0.0, 0.95);
+    c.engine.jitter = v.number_in(0.0, 0.95);
   } else if (key == "engine.fail_rate") {
-    c.engine.fail_rate = in_range(where, text, 0.0, 1.0);
+    c.engine.fail_rate = v.number_in(0.0, 1.0);
   } else if (key == "engine.seed") {
-    auto v = to_uint(text);
-    if (!v) {
-      fail(where, "expected a non-negative whole number, got " + in_quotes(text));
-    }
-    c.engine.seed = *v;
-  } else if (key == "engine.url" || key == "gateway.url" || key == "public_url") {
-    std::string why;
-    auto url = net::parse_url(text, &why);
-    if (!url) {
-      fail(where, "expected an http(s) URL, got " + in_quotes(text) +
-                      (why.empty() ? "" : " (" + why + ")"));
-    }
-    if (key == "engine.url") {
-      c.engine.url = *url;
-    } else if (key == "gateway.url") {
-      c.gateway.url = url->to_string();
-    } else {
-      c.public_url = url->to_string();
-    }
+    c.engine.seed = v.whole();
+  } else if (key == "engine.url") {
+    c.engine.url = v.url(kDefaultEngineUrl);
+  } else if (key == "gateway.url") {
+    c.gateway.url = optional_url(v, "https://gw.example:9090");
+  } else if (key == "public_url") {
+    c.public_url = optional_url(v, "https://a1b2c3.acu.run");
   } else if (key == "engine.command") {
-    c.engine.command = split_words(text);
+    c.engine.command = split_words(v.string());
   } else if (is_autotune_list(key)) {
-    set_autotune_list(c, key, split_list(text), where);
+    set_autotune_list(c, key, v.where(), split_list(v.string()));
   } else if (key == "engine.autotune.prompt_tokens") {
-    c.engine.autotune.prompt_tokens = whole_in_range(where, text, 1, kMaxAutotunePromptTokens);
+    c.engine.autotune.prompt_tokens = v.whole32(1, kMaxAutotunePromptTokens);
     c.engine.autotune.enabled = true;
   } else if (key == "engine.autotune.predict_tokens") {
-    c.engine.autotune.predict_tokens = whole_in_range(where, text, 1, kMaxAutotunePredictTokens);
+    c.engine.autotune.predict_tokens = v.whole32(1, kMaxAutotunePredictTokens);
     c.engine.autotune.enabled = true;
-  } else if (key == "gateway.token_env" || key == "api_key_env") {
-    if (!text.empty() && !is_env_name(text)) {
-      fail(where,
-           "expected an environment variable name (letters, digits, '_'; not starting with a "
-           "digit), got " +
-               in_quotes(text));
-    }
-    (key == "api_key_env" ? c.api_key_env : c.gateway.token_env) = text;
+  } else if (key == "gateway.token_env") {
+    c.gateway.token_env = v.env_name();
+  } else if (key == "api_key_env") {
+    c.api_key_env = v.env_name();
   } else if (key == "tls.cert") {
-    c.tls.cert = text;
+    c.tls.cert = v.string();
   } else if (key == "tls.key") {
-    c.tls.key = text;
+    c.tls.key = v.string();
   } else if (key == "log.level") {
-    if (!log::parse_level(text, &c.log_level)) {
-      fail(where, "expected one of debug, info, warn, error, got " + in_quotes(text));
-    }
+    log::parse_level(v.one_of(kLogLevels), &c.log_level);
   } else if (key == "drain_timeout") {
-    std::optional<std::chrono::milliseconds> d = parse_duration(text);
-    if (!d && from_flag) {
-      if (auto seconds = to_double(text); seconds && *seconds >= 0 && *seconds <= 86400) {
-        d = std::chrono::milliseconds(std::llround(*seconds * 1000));
+    // Flags only: "--drain-timeout 1.5" is seconds, as for timeout(1) and friends.
+    if (from_flag) {
+      const std::string& text = v.text("a duration");
+      const bool bare = text.find_first_not_of("0123456789.") == std::string::npos &&
+                        std::count(text.begin(), text.end(), '.') <= 1 &&
+                        text.find_first_of("0123456789") != std::string::npos;
+      if (bare) {
+        const double seconds = v.number_in(0, 86400);
+        c.drain_timeout = std::chrono::milliseconds(std::llround(seconds * 1000));
+        return;
       }
     }
-    if (!d) {
-      const bool bare = to_double(text).has_value();
-      fail(where, "expected a duration such as 30s, got " + in_quotes(text) +
-                      (bare ? " (add a unit: ms, s, m or h)" : ""));
-    }
-    c.drain_timeout = *d;
+    c.drain_timeout = v.duration(kDefaultDrainTimeout, true);
   }
-}
-
-std::string describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map:
-      return "a map";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Scalar:
-      return in_quotes(node.Scalar());
-    default:
-      return "nothing";
-  }
-}
-
-int line_of(const YAML::Node& node, int fallback) {
-  const YAML::Mark mark = node.Mark();
-  return mark.is_null() ? fallback : mark.line + 1;
 }
 
 class FileParser {
  public:
-  FileParser(std::string source, AgentConfig& config, Origins* origins)
-      : source_(std::move(source)), config_(config), origins_(origins) {}
+  FileParser(AgentConfig& config, Origins* origins) : config_(config), origins_(origins) {}
 
-  void parse(const std::string& text) {
-    std::vector<YAML::Node> docs;
-    try {
-      docs = YAML::LoadAll(text);
-    } catch (const YAML::Exception& e) {
-      fail(where(e.mark.is_null() ? 1 : e.mark.line + 1, "(syntax)"), e.msg);
-    }
-    if (docs.size() > 1) {
-      fail(where(line_of(docs[1], 1), "(root)"),
-           "only one YAML document is allowed (found a second '---')");
-    }
-    if (docs.empty() || docs[0].IsNull()) {
+  void parse(const yaml::Document& doc) {
+    source_ = doc.root().source();
+    if (doc.empty()) {
       return;  // an empty file sets nothing; flags may still make a valid configuration
     }
-    walk(docs[0], "", 1, kRootKeys);
+    walk(doc.root().map(kRootKeys));
   }
 
  private:
-  std::string where(int line, const std::string& path) const {
-    return source_ + ":" + std::to_string(line) + ": " + path;
-  }
-
-  static std::string join(const std::string& path, const std::string& key) {
-    return path.empty() ? key : path + "." + key;
-  }
-
-  const std::vector<std::string>* keys_of(const std::string& path) const {
+  static const std::vector<std::string>* keys_of(const std::string& path) {
     if (path == "engine") {
       return &kEngineKeys;
     }
@@ -355,129 +226,54 @@ class FileParser {
     return nullptr;
   }
 
-  // Checks a map's keys (known, unique) and applies each value.
-  void walk(const YAML::Node& node, const std::string& path, int line,
-            const std::vector<std::string>& known) {
-    if (node.IsNull()) {
-      return;  // "engine:" with every key commented out
-    }
-    if (!node.IsMap()) {
-      fail(where(line_of(node, line), path.empty() ? "(root)" : path),
-           "expected a map, got " + describe(node));
-    }
-    std::vector<std::string> seen;
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node key_node = it->first;
-      const int key_line = line_of(key_node, line);
-      if (!key_node.IsScalar()) {
-        fail(where(key_line, path.empty() ? "(root)" : path),
-             "keys must be plain names, got " + describe(key_node));
-      }
-      const std::string key = key_node.Scalar();
-      const std::string key_path = join(path, key);
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        fail(where(key_line, key_path), "unknown key" + did_you_mean(key, known));
-      }
-      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
-        fail(where(key_line, key_path), "duplicate key");
-      }
-      seen.push_back(key);
-      const YAML::Node value = it->second;
-      // An empty value is blamed on the key's line: yaml-cpp marks it where the next token starts.
-      const int value_line = value.IsNull() ? key_line : line_of(value, key_line);
-      if (const auto* sub = keys_of(key_path)) {
-        if (key_path == "engine.autotune") {
+  // Applies each value of a checked map, descending into the maps that hold keys.
+  void walk(const yaml::Map& map) {
+    for (const auto& entry : map.entries()) {
+      const yaml::Value& value = entry.value;
+      if (const auto* sub = keys_of(value.path())) {
+        if (value.path() == "engine.autotune") {
           // Present, even empty: autotuning is asked for (validation then wants its values).
           config_.engine.autotune.enabled = true;
-          if (origins_ != nullptr) {
-            (*origins_)[key_path] = source_ + ":" + std::to_string(key_line);
-          }
+          record(value.path(), entry.key_line);
         }
-        walk(value, key_path, value_line, *sub);
+        walk(value.map(*sub));
         continue;
       }
-      set(key_path, value, value_line);
+      set(value);
     }
   }
 
-  void set(const std::string& key, const YAML::Node& value, int line) {
-    const std::string at = where(line, key);
+  void record(const std::string& key, int line) {
     if (origins_ != nullptr) {
       (*origins_)[key] = source_ + ":" + std::to_string(line);
     }
-    if (key == "engine.command") {
-      if (value.IsNull()) {
-        config_.engine.command.clear();
-        return;
-      }
-      if (value.IsScalar()) {
-        config_.engine.command = split_words(value.Scalar());
-        return;
-      }
-      if (!value.IsSequence()) {
-        fail(at, "expected a list of program and arguments, got " + describe(value));
-      }
+  }
+
+  void set(const yaml::Value& value) {
+    const std::string& key = value.path();
+    record(key, value.line());
+    if (key == "engine.command" && !value.is_scalar()) {
       std::vector<std::string> argv;
-      for (std::size_t i = 0; i < value.size(); ++i) {
-        if (!value[i].IsScalar()) {
-          fail(where(line_of(value[i], line), key + "[" + std::to_string(i) + "]"),
-               "expected a string, got " + describe(value[i]));
-        }
-        argv.push_back(value[i].Scalar());
+      for (const yaml::Value& item : value.list("a list of program and arguments")) {
+        argv.push_back(item.scalar().text("a string"));
       }
       config_.engine.command = std::move(argv);
       return;
     }
-    if (is_autotune_list(key) && value.IsSequence()) {
+    if (is_autotune_list(key) && !value.is_scalar()) {
       std::vector<std::string> items;
-      for (std::size_t i = 0; i < value.size(); ++i) {
-        if (!value[i].IsScalar()) {
-          fail(where(line_of(value[i], line), key + "[" + std::to_string(i) + "]"),
-               "expected a whole number, got " + describe(value[i]));
-        }
-        items.push_back(value[i].Scalar());
+      for (const yaml::Value& item : value.list("a list of values to try, such as [2, 4, 6]")) {
+        items.push_back(item.scalar().text("a whole number"));
       }
-      set_autotune_list(config_, key, items, at);
+      set_autotune_list(config_, key, value.where(), items);
       return;
     }
-    if (value.IsNull()) {
-      const bool may_be_empty = key == "api_key_env" || key == "gateway.token_env" ||
-                                key == "gateway.url" || key == "public_url" || key == "tls.cert" ||
-                                key == "tls.key";
-      if (key == "slots") {
-        config_.slots.reset();
-        return;
-      }
-      if (!may_be_empty) {
-        fail(at, "missing value");
-      }
-      clear(key);
-      return;
-    }
-    if (!value.IsScalar()) {
-      fail(at, "expected a single value, got " + describe(value));
-    }
-    const std::string& text = value.Scalar();
-    if (text.empty() && (key == "gateway.url" || key == "public_url")) {
-      clear(key);
-      return;
-    }
-    apply_value(config_, key, text, at, false);
+    apply_value(config_, key, value.scalar(), false);
   }
 
-  void clear(const std::string& key) {
-    if (key == "gateway.url") {
-      config_.gateway.url.clear();
-    } else if (key == "public_url") {
-      config_.public_url.clear();
-    } else {
-      apply_value(config_, key, "", where(0, key), false);
-    }
-  }
-
-  std::string source_;
   AgentConfig& config_;
   Origins* origins_;
+  std::string source_;
 };
 
 std::string origin_of(const Origins& origins, const std::string& key, const std::string& fallback) {
@@ -505,7 +301,11 @@ const char* to_string(EngineKind kind) {
 
 void load_agent_config_string(const std::string& text, const std::string& source,
                               AgentConfig& config, Origins* origins) {
-  FileParser(source, config, origins).parse(text);
+  try {
+    FileParser(config, origins).parse(yaml::Document::parse(text, source));
+  } catch (const yaml::Error& e) {
+    throw AgentConfigError(e.what());
+  }
 }
 
 void load_agent_config_file(const std::string& path, AgentConfig& config, Origins* origins) {
@@ -709,10 +509,10 @@ std::variant<Invocation, CliExit> parse_command_line(const std::vector<std::stri
   }
   try {
     for (const auto& [flag, value] : sets) {
-      apply_value(inv.config, flag->key, value, flag->flag, true);
+      apply_value(inv.config, flag->key, yaml::Scalar(flag->flag, value), true);
       origins[flag->key] = flag->flag;
     }
-  } catch (const AgentConfigError& e) {
+  } catch (const yaml::Error& e) {
     return usage_error(e.what());
   }
   try {

@@ -19,6 +19,7 @@ namespace fg::agent {
 
 inline constexpr std::uint32_t kMaxAgentSlots = 256;
 inline constexpr const char* kDefaultEngineUrl = "http://127.0.0.1:8080";
+inline constexpr std::chrono::milliseconds kDefaultDrainTimeout{30'000};
 
 enum class EngineKind { sim, llama_server, openai };
 
@@ -79,7 +80,7 @@ struct AgentConfig {
   AgentTls tls;
   std::string api_key_env;  // env var holding the bearer key of the OpenAI routes; "" = open
   log::Level log_level = log::Level::info;
-  std::chrono::milliseconds drain_timeout{30'000};
+  std::chrono::milliseconds drain_timeout = kDefaultDrainTimeout;
 };
 
 // A configuration problem. what() names where the value came from and the key:

@@ -142,7 +142,6 @@ TEST(AgentConfigParse, ProxyEngineKeys) {
 TEST(AgentConfigParse, EmptyValuesMeanUnset) {
   const AgentConfig c = load(
       "model: m\n"
-      "slots:\n"
       "tls: {cert: \"\", key: \"\"}\n"
       "api_key_env: \"\"\n"
       "gateway:\n"
@@ -152,6 +151,8 @@ TEST(AgentConfigParse, EmptyValuesMeanUnset) {
   EXPECT_TRUE(c.api_key_env.empty());
   EXPECT_FALSE(c.gateway.enabled());
   EXPECT_EQ(error_of("model: m\ntls: {cert: \"\", key: \"\"}\napi_key_env: \"\"\n"), "");
+  // A number needs its value (as in the gateway's YAML): leave the key out for the default.
+  EXPECT_TRUE(fails_with("model: m\nslots:\n", 2, "slots", "expected a whole number, got nothing"));
 }
 
 TEST(AgentConfigParse, EmptyFileSetsNothing) {
@@ -179,7 +180,7 @@ TEST(AgentConfigErrors, SyntaxAndShape) {
   EXPECT_TRUE(fails_with("- a\n- b\n", 1, "(root)", "expected a map"));
   EXPECT_TRUE(fails_with("model: m\nengine: sim\n", 2, "engine", "expected a map"));
   EXPECT_TRUE(fails_with("model: m\n---\nmodel: n\n", 3, "(root)", "one YAML document"));
-  EXPECT_TRUE(fails_with("model: [a, b]\n", 1, "model", "expected a single value"));
+  EXPECT_TRUE(fails_with("model: [a, b]\n", 1, "model", "expected a string, got a list"));
 }
 
 TEST(AgentConfigErrors, BadValuesNameTheKey) {
@@ -196,7 +197,8 @@ TEST(AgentConfigErrors, BadValuesNameTheKey) {
       fails_with("model: m\nengine:\n  jitter: 2\n", 3, "engine.jitter", "between 0 and 0.95"));
   EXPECT_TRUE(
       fails_with("model: m\nengine:\n  fail_rate: -1\n", 3, "engine.fail_rate", "between 0 and 1"));
-  EXPECT_TRUE(fails_with("model: m\nengine:\n  seed: -3\n", 3, "engine.seed", "whole number"));
+  EXPECT_TRUE(
+      fails_with("model: m\nengine:\n  seed: -3\n", 3, "engine.seed", "must not be negative"));
   EXPECT_TRUE(fails_with("model: m\nengine:\n  kind: openai\n  url: ftp://x\n", 4, "engine.url",
                          "http(s) URL"));
   EXPECT_TRUE(fails_with("model: m\nengine:\n  kind: llama-server\n  command: {a: 1}\n", 4,
@@ -206,7 +208,8 @@ TEST(AgentConfigErrors, BadValuesNameTheKey) {
   EXPECT_TRUE(fails_with("model: m\nlog:\n  level: loud\n", 3, "log.level", "debug, info"));
   EXPECT_TRUE(
       fails_with("model: m\ndrain_timeout: 30\n", 2, "drain_timeout", "add a unit: ms, s, m or h"));
-  EXPECT_TRUE(fails_with("model: m\nlisten:\n", 2, "listen", "missing value"));
+  EXPECT_TRUE(fails_with("model: m\nlisten:\n", 2, "listen",
+                         "host:port such as 0.0.0.0:8081, got nothing"));
 }
 
 TEST(AgentConfigValidate, ModelIsRequired) {

@@ -303,7 +303,9 @@ TEST(AutotuneConfigErrors, ValuesAreChecked) {
             "agent.yaml:7: engine.autotune.prompt_tokens: must be between 1 and 65536, got 0");
   EXPECT_EQ(with("    threads: [1]\n    predict_tokens: 5000\n"),
             "agent.yaml:7: engine.autotune.predict_tokens: must be between 1 and 4096, got 5000");
-  EXPECT_EQ(with("    threads:\n"), "agent.yaml:6: engine.autotune.threads: missing value");
+  EXPECT_EQ(with("    threads:\n"),
+            "agent.yaml:6: engine.autotune.threads: expected a list of at least one value to try, "
+            "such as [1, 2, 4]");
   EXPECT_EQ(with("    thread: [1]\n"),
             "agent.yaml:6: engine.autotune.thread: unknown key; did you mean 'threads'?");
   EXPECT_EQ(error_of(kLlama + "  autotune: true\n"),

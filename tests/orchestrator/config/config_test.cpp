@@ -493,7 +493,7 @@ TEST(ConfigKeys, SectionMustBeAMap) {
 
 TEST(ConfigTypes, MapWhereScalarExpected) {
   EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  listen: {host: a}\n", 4,
-                         "server.listen", "expected a string, got a map"));
+                         "server.listen", "expected host:port such as 127.0.0.1:8080, got a map"));
 }
 
 TEST(ConfigTypes, ListWhereIntegerExpected) {

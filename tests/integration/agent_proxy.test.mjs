@@ -4,6 +4,11 @@
 // connection when the client goes away, and enforces its slots; the openai engine (health by
 // GET /v1/models, configured slots); engine.command starting, restarting and stopping the engine.
 //
+// Every check waits for an event or polls a condition with a deadline; none sleeps and counts,
+// none asserts that something took less than N ms. Where order matters the fake engine is driven
+// by the test rather than by timers: it stays loading until told, sends a stream's next event
+// only once the client has the previous one (lockstep), or holds a stream open until released.
+//
 // Binary: $FLEETGATE_AGENT_BIN, default build/bin/fleetgate-agent (relative to the repository).
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,7 +20,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 
-import { REPO_ROOT, eventually, makeTempDir, removeDir, request, sleep } from './lib/gateway.mjs';
+import { REPO_ROOT, eventually, makeTempDir, removeDir, request } from './lib/gateway.mjs';
 import { startAgent as launchAgent, stopAgent } from './lib/agent.mjs';
 
 const AGENT_BIN = process.env.FLEETGATE_AGENT_BIN ?? path.join(REPO_ROOT, 'build/bin/fleetgate-agent');
@@ -30,13 +35,18 @@ const chat = (extra = {}) => ({ model: MODEL, messages: [{ role: 'user', content
 // Odd but valid bytes: non-ASCII text, escaped characters, spacing a re-serialiser would change.
 const ANSWER = 'RISK_LEVEL: 5 — ünïcödé ✓ "quoted"\\n';
 
-// A fake llama.cpp server. GET /health: 503 "Loading model" until loadingMs passed, then 200;
+// A generous deadline: it only says when to give up waiting for an event.
+const DEADLINE_MS = 10_000;
+
+// A fake llama.cpp server. GET /health: 503 "Loading model" until `ready` is set, then 200;
 // GET /props: total_slots; POST /v1/chat/completions: a JSON answer (Content-Length) or an SSE
-// stream (chunked) of `events` events `intervalMs` apart, as the body's "fake" field asks.
+// stream (chunked) of `events` events `intervalMs` apart, as the body's "fake" field asks. With
+// "lockstep", event i (and the final one) waits until record.proceed() was called i times (the
+// client saw i events); with "hold", the events after the first wait for record.release().
 // Records every completion request: the bytes it sent, whether the client closed early.
 class FakeLlama {
-  constructor({ loadingMs = 0, totalSlots = 2, openaiOnly = false } = {}) {
-    this.readyAt = Date.now() + loadingMs;
+  constructor({ ready = true, totalSlots = 2, openaiOnly = false } = {}) {
+    this.ready = ready;
     this.totalSlots = totalSlots;
     this.openaiOnly = openaiOnly;
     this.requests = [];
@@ -62,7 +72,7 @@ class FakeLlama {
     req.on('end', () => {
       if (req.method === 'GET' && req.url === '/health' && !this.openaiOnly) {
         this.healthProbes++;
-        if (Date.now() < this.readyAt) {
+        if (!this.ready) {
           res.writeHead(503, { 'Content-Type': 'application/json' });
           return res.end('{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}');
         }
@@ -88,7 +98,24 @@ class FakeLlama {
   complete(req, res, body) {
     const record = { body, headers: req.headers, sent: [], finished: false, closedEarly: false, closedAt: null, at: Date.now() };
     this.requests.push(record);
-    const { events = 3, intervalMs = 10, firstDelayMs = 0 } = body.fake ?? {};
+    const { events = 3, intervalMs = 10, firstDelayMs = 0, lockstep = false, hold = false } = body.fake ?? {};
+    // Gates of "lockstep" and "hold": send() returns early and is called again when they open.
+    let credits = 0;
+    let released = !hold;
+    let resume = null;
+    const wake = () => {
+      const again = resume;
+      resume = null;
+      again?.();
+    };
+    record.proceed = () => {
+      credits++;
+      wake();
+    };
+    record.release = () => {
+      released = true;
+      wake();
+    };
     res.on('close', () => {
       if (!record.finished) {
         record.closedEarly = true;
@@ -112,6 +139,10 @@ class FakeLlama {
     let i = 0;
     const send = () => {
       if (record.closedEarly) {
+        return;
+      }
+      if ((lockstep && credits < i) || (i > 0 && !released)) {
+        resume = send;
         return;
       }
       if (i < events) {
@@ -153,11 +184,24 @@ function streamThrough(agent, body, { onPiece } = {}) {
   });
 }
 
+// promise, or a rejection naming what did not happen within timeoutMs.
+async function withDeadline(promise, timeoutMs, what) {
+  let timer;
+  const deadline = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)), timeoutMs);
+  });
+  try {
+    return await Promise.race([promise, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 describe('llama-server engine', () => {
   let engine;
   let agent;
   before(async () => {
-    engine = new FakeLlama({ loadingMs: 1200, totalSlots: 2 });
+    engine = new FakeLlama({ ready: false, totalSlots: 2 });
     await engine.listen();
     agent = await startAgent(['--engine', 'llama-server', '--engine-url', engine.url]);
   });
@@ -175,7 +219,8 @@ describe('llama-server engine', () => {
     assert.equal(refused.json.error.code, 'model_loading');
     assert.ok(refused.headers['retry-after']);
     assert.equal(engine.requests.length, 0, 'nothing forwarded while loading');
-    await eventually(async () => (await health(agent)).status === 200, { timeoutMs: 5000, what: 'the agent ready' });
+    engine.ready = true;
+    await eventually(async () => (await health(agent)).status === 200, { timeoutMs: DEADLINE_MS, what: 'the agent ready' });
     const h = (await health(agent)).json;
     assert.equal(h.status, 'ok');
     assert.equal(h.engine, 'llama-server');
@@ -199,46 +244,64 @@ describe('llama-server engine', () => {
   });
 
   test('a stream is relayed chunk by chunk as the engine sends it, byte for byte', async () => {
-    const res = await streamThrough(agent, chat({ stream: true, fake: { events: 4, intervalMs: 300 } }));
+    // Lockstep: the engine sends each event only once the client has the one before, so a relay
+    // that buffered would stall here (and fail at the deadline) instead of merely being slow.
+    const seen = (pieces) => Buffer.concat(pieces.map((p) => p.bytes)).toString().split('data: ').length - 1;
+    let acknowledged = 0;
+    const res = await withDeadline(
+      streamThrough(agent, chat({ stream: true, fake: { events: 4, lockstep: true } }), {
+        onPiece: (pieces) => {
+          for (const n = seen(pieces); acknowledged < n; acknowledged++) {
+            engine.requests.at(-1).proceed();
+          }
+        },
+      }),
+      DEADLINE_MS,
+      'the lockstep stream',
+    );
     assert.equal(res.status, 200);
     assert.match(res.headers['content-type'], /^text\/event-stream/);
     const rec = engine.requests.at(-1);
     assert.ok(res.body.equals(Buffer.concat(rec.sent)), 'relayed stream bytes differ');
-    // The first event reached the client long before the engine finished (4 x 300 ms).
-    const firstData = res.pieces.find((p) => p.bytes.includes('data: '));
-    assert.ok(firstData.ms < 600, `first event after ${firstData.ms} ms`);
-    assert.ok(res.pieces.at(-1).ms >= 1100, `last piece after ${res.pieces.at(-1).ms} ms`);
-    assert.ok(res.pieces.length >= 4, `${res.pieces.length} pieces: not buffered into one`);
+    assert.ok(res.pieces.length >= 5, `${res.pieces.length} pieces for 5 sends: not one per send`);
   });
 
   test('a client that goes away closes the engine connection and frees the slot', async () => {
-    const res = await streamThrough(agent, chat({ stream: true, fake: { events: 100, intervalMs: 100 } }), {
+    // Held after its first event: the stream can only end because the client left.
+    const res = await streamThrough(agent, chat({ stream: true, fake: { events: 100, hold: true } }), {
       onPiece: (pieces) => (Buffer.concat(pieces.map((p) => p.bytes)).includes('data: ') ? 'stop' : undefined),
     });
     assert.equal(res.aborted, true);
-    const abortedAt = Date.now();
     const rec = engine.requests.at(-1);
-    await eventually(() => rec.closedEarly, { timeoutMs: 2000, what: 'the engine connection closed' });
-    assert.ok(rec.closedAt - abortedAt < 1000, `engine connection closed ${rec.closedAt - abortedAt} ms after the client left`);
-    assert.ok(rec.sent.length < 20, 'the engine stopped being read');
-    await eventually(async () => (await health(agent)).json.slots_idle === 2, { timeoutMs: 2000, what: 'the slot freed' });
+    await eventually(() => rec.closedEarly, { timeoutMs: DEADLINE_MS, what: 'the engine connection closed' });
+    assert.equal(rec.finished, false, 'the engine never got to the end of its stream');
+    assert.equal(rec.sent.length, 1, 'the engine sent only the first event');
+    await eventually(async () => (await health(agent)).json.slots_idle === 2, { timeoutMs: DEADLINE_MS, what: 'the slot freed' });
     const line = agent.logs.findLast((l) => l.msg === 'request');
     assert.equal(line.outcome, 'client_gone');
   });
 
-  test('admission: the slot+1th request gets 503 at once, without reaching the engine', async () => {
+  test('admission: the slot+1th request gets 503 while both slots are held, without reaching the engine', async () => {
     const base = engine.requests.length;
-    const held = [0, 1].map(() => streamThrough(agent, chat({ stream: true, fake: { events: 3, intervalMs: 400 } })));
-    await eventually(() => engine.requests.length === base + 2, { timeoutMs: 2000, what: 'both at the engine' });
+    // Both streams are held open by the engine until the test releases them: the third request
+    // can only be answered by refusing it, never by waiting for a slot.
+    const held = [0, 1].map(() => streamThrough(agent, chat({ stream: true, fake: { events: 3, hold: true } })));
+    await eventually(() => engine.requests.length === base + 2, { timeoutMs: DEADLINE_MS, what: 'both at the engine' });
     assert.equal((await health(agent)).json.slots_idle, 0, 'both slots busy');
     const before = engine.requests.length;
-    const t0 = Date.now();
-    const third = await request(`${agent.base}/v1/chat/completions`, { method: 'POST', body: chat() });
+    const third = await withDeadline(
+      request(`${agent.base}/v1/chat/completions`, { method: 'POST', body: chat() }),
+      DEADLINE_MS,
+      'the third answer',
+    );
     assert.equal(third.status, 503);
     assert.equal(third.json.error.code, 'slots_busy');
     assert.equal(third.headers['retry-after'], '1');
-    assert.ok(Date.now() - t0 < 500, 'refused at once');
     assert.equal(engine.requests.length, before, 'not forwarded');
+    assert.ok(engine.requests.slice(base).every((r) => !r.finished), 'answered while both were held');
+    for (const rec of engine.requests.slice(base)) {
+      rec.release();
+    }
     for (const r of await Promise.all(held)) {
       assert.equal(r.status, 200);
     }
@@ -248,7 +311,7 @@ describe('llama-server engine', () => {
     await engine.close();
     const res = await request(`${agent.base}/v1/chat/completions`, { method: 'POST', body: chat() });
     assert.ok([502, 503].includes(res.status), `${res.status} ${res.text}`);
-    await eventually(async () => (await health(agent)).json.status === 'loading', { timeoutMs: 5000, what: 'loading again' });
+    await eventually(async () => (await health(agent)).json.status === 'loading', { timeoutMs: DEADLINE_MS, what: 'loading again' });
   });
 });
 
@@ -266,7 +329,7 @@ describe('openai engine', () => {
   });
 
   test('ready by GET /v1/models, configured slots, answers relayed', async () => {
-    await eventually(async () => (await health(agent)).status === 200, { timeoutMs: 5000, what: 'the agent ready' });
+    await eventually(async () => (await health(agent)).status === 200, { timeoutMs: DEADLINE_MS, what: 'the agent ready' });
     const h = (await health(agent)).json;
     assert.equal(h.engine, 'openai');
     assert.equal(h.slots_total, 3);
@@ -334,24 +397,23 @@ http.createServer((req, res) => {
   };
 
   test('started, restarted after it dies, stopped with the agent', async () => {
-    await eventually(async () => (await health(agent)).status === 200, { timeoutMs: 8000, what: 'the engine ready' });
+    await eventually(async () => (await health(agent)).status === 200, { timeoutMs: DEADLINE_MS, what: 'the engine ready' });
     const first = agent.logs.find((l) => l.msg === 'engine started');
     assert.ok(first?.pid > 0);
     const res = await request(`${agent.base}/v1/chat/completions`, { method: 'POST', body: chat() });
     assert.equal(res.json.pid, first.pid, 'served by the child');
 
     process.kill(first.pid, 'SIGKILL');
-    await eventually(() => agent.logs.some((l) => l.msg === 'engine exited; restarting'), { timeoutMs: 3000, what: 'the exit noticed' });
-    await eventually(() => agent.logs.filter((l) => l.msg === 'engine started').length === 2, { timeoutMs: 5000, what: 'the restart' });
+    await eventually(() => agent.logs.some((l) => l.msg === 'engine exited; restarting'), { timeoutMs: DEADLINE_MS, what: 'the exit noticed' });
+    await eventually(() => agent.logs.filter((l) => l.msg === 'engine started').length === 2, { timeoutMs: DEADLINE_MS, what: 'the restart' });
     const second = agent.logs.filter((l) => l.msg === 'engine started')[1];
-    await eventually(async () => (await health(agent)).status === 200, { timeoutMs: 8000, what: 'ready again' });
+    await eventually(async () => (await health(agent)).status === 200, { timeoutMs: DEADLINE_MS, what: 'ready again' });
     const again = await request(`${agent.base}/v1/chat/completions`, { method: 'POST', body: chat() });
     assert.equal(again.json.pid, second.pid);
 
     process.kill(agent.proc.pid, 'SIGTERM');
-    const [code] = await agent.exited;
+    const [code] = await withDeadline(agent.exited, DEADLINE_MS, 'the agent to exit');
     assert.equal(code, 0);
-    await sleep(100);
-    assert.equal(pidAlive(second.pid), false, 'the engine is stopped with the agent');
+    await eventually(() => !pidAlive(second.pid), { timeoutMs: DEADLINE_MS, what: 'the engine stopped with the agent' });
   });
 });

@@ -2,6 +2,13 @@
 // streaming, admission (503 on slot+1), disconnects freeing slots, simulated timing, the per-slot
 // prompt cache, and the SIGTERM drain.
 //
+// Every check waits for an event or polls a condition with a generous deadline: none sleeps and
+// counts, none asserts that something took less than N ms (the machine has 2 busy cores). Where
+// "at once" matters, the other side is made to last far longer than any hiccup, and the order of
+// events is asserted instead. The simulator's timing against its profile is checked here only
+// as a lower bound (the sim is never faster than its plan); the exact figures are unit tests of
+// the pure model (tests/replica-agent/sim_model_test.cpp, SimTiming*).
+//
 // Binary: $FLEETGATE_AGENT_BIN, default build/bin/fleetgate-agent (relative to the repository).
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -75,6 +82,22 @@ async function readEvents(res, t0, onEvent = () => {}) {
   return events;
 }
 
+// Generous: a deadline only says when to give up, and a loaded machine must not trip it.
+const DEADLINE_MS = 10_000;
+
+// promise, or a rejection naming what did not happen within timeoutMs.
+async function withDeadline(promise, timeoutMs, what) {
+  let timer;
+  const deadline = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)), timeoutMs);
+  });
+  try {
+    return await Promise.race([promise, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 async function waitFor(predicate, timeoutMs, what) {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
@@ -89,7 +112,13 @@ async function waitFor(predicate, timeoutMs, what) {
 }
 
 const tokensFor = (chars) => Math.ceil(chars / 4);
-const within = (actual, expected, fraction) => Math.abs(actual - expected) <= expected * fraction;
+// Timer and clock rounding between the agent and this process (both monotonic, sub-millisecond).
+const ROUNDING_MS = 1;
+
+// The agent's "request" log line of one request (the agent keeps a client's X-Request-Id).
+function requestLog(agent, requestId) {
+  return agent.logs.find((l) => l.msg === 'request' && l.request_id === requestId);
+}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -316,53 +345,62 @@ describe('OpenAI responses (fast-test profile)', () => {
   });
 });
 
-describe('admission (0.8b profile, 4 slots)', () => {
+describe('admission (0.8b profile, 4 slots, time_scale 0.1)', () => {
   let agent;
   before(async () => {
-    agent = await startAgent(['--profile', P08B.name]);
+    // Ten times slower than the phone: each answer takes ~14 s, so the slots stay busy for as
+    // long as the test needs them; the test ends them itself.
+    agent = await startAgent(['--profile', P08B.name, '--time-scale', '0.1']);
   });
   after(() => stopAgent(agent));
 
-  test('the slot+1th request gets 503 with Retry-After at once', async () => {
+  test('the slot+1th request gets 503 with Retry-After while every slot is still busy', async () => {
     const h = await health(agent);
     assert.equal(h.slots_total, P08B.slots);
-    // Four short requests: ~1.3 s each with four slots decoding together.
-    const running = [];
+    const controllers = [];
+    const heads = [];
     for (let i = 0; i < P08B.slots; ++i) {
-      running.push(post(agent, '/v1/chat/completions', chatBody(`guard message ${i}`)));
+      const controller = new AbortController();
+      controllers.push(controller);
+      const body = chatBody(`guard message ${i}`, { stream: true });
+      heads.push(post(agent, '/v1/chat/completions', body, { signal: controller.signal }));
     }
-    await waitFor(async () => (await health(agent)).slots_idle === 0, 1000, 'all slots busy');
-    const t0 = performance.now();
+    await waitFor(async () => (await health(agent)).slots_idle === 0, DEADLINE_MS, 'all slots busy');
     const res = await post(agent, '/v1/chat/completions', chatBody('one too many'));
-    const elapsed = performance.now() - t0;
     assert.equal(res.status, 503);
     assert.equal(res.headers.get('retry-after'), '1');
     const body = await res.json();
     assert.equal(body.error.type, 'server_error');
     assert.equal(body.error.code, 'slots_busy');
-    assert.ok(elapsed < 250, `503 took ${elapsed.toFixed(0)} ms`);
-    for (const r of await Promise.all(running)) {
+    // Refused without waiting for a slot: the four answers (~14 s each) are all still running.
+    assert.equal((await health(agent)).slots_idle, 0, 'no slot freed before the 503');
+    for (const r of await Promise.all(heads)) {
       assert.equal(r.status, 200);
-      await r.json();
     }
-    assert.equal((await health(agent)).slots_idle, P08B.slots);
+    for (const controller of controllers) {
+      controller.abort();
+    }
+    await waitFor(async () => (await health(agent)).slots_idle === P08B.slots, DEADLINE_MS, 'slots freed');
   });
 });
 
-describe('disconnects (9b profile, time_scale 2)', () => {
+describe('disconnects (9b profile, time_scale 0.2)', () => {
   let agent;
   before(async () => {
-    agent = await startAgent(['--profile', P9B.name, '--time-scale', '2']);
+    // Five times slower than the phone: 0.54 s per token and 13.9 s of prefill for 100 prompt
+    // tokens, so an answer never ends by itself before the client leaves.
+    agent = await startAgent(['--profile', P9B.name, '--time-scale', '0.2']);
   });
   after(() => stopAgent(agent));
 
-  test('a client gone mid-stream frees its slot within 1 s', async () => {
+  test('a client gone mid-stream frees its slot', async () => {
     const controller = new AbortController();
     const t0 = performance.now();
     const res = await post(agent, '/v1/chat/completions', chatBody('hi', { stream: true }), {
       signal: controller.signal,
+      headers: { 'content-type': 'application/json', 'x-request-id': 'gone-mid-stream' },
     });
-    // ~54 ms per token at time_scale 2: leave after the third token, mid-answer.
+    // Leave after the third token: 13 tokens (~7 s) of the answer are still to come.
     let tokens = 0;
     await readEvents(res, t0, (e) => {
       const chunk = JSON.parse(e.data);
@@ -373,34 +411,42 @@ describe('disconnects (9b profile, time_scale 2)', () => {
     });
     assert.equal((await health(agent)).slots_idle, 0);
     controller.abort();
-    const tAbort = performance.now();
-    const tFree = await waitFor(async () => (await health(agent)).slots_idle === 1, 1000, 'slot freed');
-    assert.ok(tFree - tAbort < 1000);
+    await waitFor(async () => (await health(agent)).slots_idle === 1, DEADLINE_MS, 'slot freed');
+    // Freed because the client left, not because the answer ended.
+    await waitFor(() => requestLog(agent, 'gone-mid-stream'), DEADLINE_MS, 'the request log line');
+    assert.equal(requestLog(agent, 'gone-mid-stream').outcome, 'client_gone');
     // The slot is usable again.
     const again = await post(agent, '/v1/completions', { model: MODEL, prompt: 'x', max_tokens: 1 });
     assert.equal(again.status, 200);
     await again.json();
   });
 
-  test('a client gone during prefill frees its slot at once', async () => {
-    // 400 characters = 100 tokens: 100 / 35.9 / 2 = 1.39 s of prefill.
-    const controller = new AbortController();
-    const pending = post(
-      agent,
-      '/v1/chat/completions',
-      chatBody('p'.repeat(400), { stream: true }),
-      { signal: controller.signal },
-    ).catch(() => null);
-    await waitFor(async () => (await health(agent)).slots_idle === 0, 1000, 'slot taken');
-    const res = await pending;
-    if (res) {
-      res.body.cancel().catch(() => {});
-    }
-    controller.abort();
-    const tAbort = performance.now();
-    const tFree = await waitFor(async () => (await health(agent)).slots_idle === 1, 1000, 'slot freed');
-    // Well before the prefill would have ended.
-    assert.ok(tFree - tAbort < 500, `slot freed ${(tFree - tAbort).toFixed(0)} ms after abort`);
+  test('a client gone during prefill frees its slot, and the prefill never completes', async () => {
+    // 400 characters = 100 tokens: 100 / 35.9 / 0.2 = 13.9 s of prefill.
+    const prompt = 'p'.repeat(400);
+    const leaveDuringPrefill = async (requestId) => {
+      const controller = new AbortController();
+      const pending = post(agent, '/v1/chat/completions', chatBody(prompt, { stream: true }), {
+        signal: controller.signal,
+        headers: { 'content-type': 'application/json', 'x-request-id': requestId },
+      }).catch(() => null);
+      await waitFor(async () => (await health(agent)).slots_idle === 0, DEADLINE_MS, 'slot taken');
+      const res = await pending;
+      if (res) {
+        res.body.cancel().catch(() => {});
+      }
+      controller.abort();
+      await waitFor(async () => (await health(agent)).slots_idle === 1, DEADLINE_MS, 'slot freed');
+      await waitFor(() => requestLog(agent, requestId), DEADLINE_MS, 'the request log line');
+      return requestLog(agent, requestId);
+    };
+    const first = await leaveDuringPrefill('gone-in-prefill-1');
+    assert.equal(first.outcome, 'client_gone');
+    // A slot's cache takes the prompt only once its prefill is done: the same prompt again finds
+    // nothing cached, so the first one stopped during its prefill.
+    const second = await leaveDuringPrefill('gone-in-prefill-2');
+    assert.equal(second.outcome, 'client_gone');
+    assert.equal(second.cached_tokens, 0);
   });
 });
 
@@ -434,72 +480,80 @@ describe('simulated timing (9b profile, time_scale 10)', () => {
     return { firstToken: tokenTimes[0], total: tokenTimes.at(-1), tokenTimes, finish };
   }
 
-  test('streaming timing is within 20% of the profile', async (t) => {
+  // Lower bounds only: the agent waits on absolute deadlines (prefill end, then one interval per
+  // token), so no token can come before its planned time, however loaded the machine; an upper
+  // bound would measure the machine instead. The exact plan for these two requests is unit-tested
+  // on the pure model (SimTiming.StreamOfTheTimingTest, SimTiming.SharedPrefixOfTheTimingTest).
+  test('streaming is never faster than the profile', async (t) => {
     // 1,400 characters = 350 tokens: prefill 350 / 35.9 / 10 = 0.975 s; then 15 intervals of
-    // 1 / 9.3 / 10 s = 0.161 s: about 1.14 s in all.
+    // 1 / 9.3 / 10 s = 10.75 ms: about 1.14 s in all.
     const content = 'a'.repeat(1400);
     const prefill = tokensFor(content.length) / P9B.prefillTps / timeScale;
     const interval = 1 / P9B.decodeTps / timeScale;
     const expectedFirst = prefill * 1000;
-    const expectedTotal = (prefill + (P9B.answerTokens - 1) * interval) * 1000;
     const { firstToken, total, tokenTimes, finish } = await timedStream(content);
     assert.equal(tokenTimes.length, P9B.answerTokens);
     const decodeMs = (total - firstToken) / (P9B.answerTokens - 1);
-    const report = `first token ${firstToken.toFixed(0)} ms (expected ${expectedFirst.toFixed(0)}), ` +
-      `total ${total.toFixed(0)} ms (expected ${expectedTotal.toFixed(0)}), ` +
-      `token interval ${decodeMs.toFixed(1)} ms (expected ${(interval * 1000).toFixed(1)})`;
-    t.diagnostic(report);
-    assert.ok(within(firstToken, expectedFirst, 0.2), report);
-    assert.ok(within(total, expectedTotal, 0.2), report);
-    assert.ok(within(decodeMs, interval * 1000, 0.2), report);
-    // The agent's own timings agree.
+    t.diagnostic(
+      `first token ${firstToken.toFixed(0)} ms (plan ${expectedFirst.toFixed(0)}), ` +
+        `token interval ${decodeMs.toFixed(1)} ms (plan ${(interval * 1000).toFixed(1)})`,
+    );
+    tokenTimes.forEach((ms, i) => {
+      const planned = expectedFirst + i * interval * 1000;
+      assert.ok(ms >= planned - ROUNDING_MS, `token ${i} after ${ms.toFixed(1)} ms, plan ${planned.toFixed(1)}`);
+    });
+    // The agent's own timings: the plan's token counts, and never shorter than the plan.
     assert.equal(finish.timings.prompt_n, 350);
     assert.equal(finish.timings.cache_n, 0);
-    assert.ok(within(finish.timings.prompt_ms, expectedFirst, 0.2));
-    assert.ok(within(finish.timings.predicted_ms, (P9B.answerTokens - 1) * interval * 1000, 0.2));
+    assert.equal(finish.timings.predicted_n, P9B.answerTokens);
+    assert.ok(finish.timings.prompt_ms >= expectedFirst - ROUNDING_MS, JSON.stringify(finish.timings));
+    assert.ok(
+      finish.timings.predicted_ms >= (P9B.answerTokens - 1) * interval * 1000 - ROUNDING_MS,
+      JSON.stringify(finish.timings),
+    );
   });
 
-  test('a second request sharing the prefix is faster by the cached prefill', async (t) => {
-    // 2,000 characters = 500 tokens, all cached for the follow-up: saves 500 / 35.9 / 10 = 1.39 s.
+  test('a second request sharing the prefix has it cached, and pays only for the rest', async (t) => {
+    // 2,000 characters = 500 tokens, all cached for the follow-up, which then reads 11 more.
     const prefix = 'b'.repeat(2000);
     const followUp = prefix + '\nZZ follow-up question about the same case';
     const cachedTokens = prefix.length / 4;
-    const expectedSavingMs = (cachedTokens / P9B.prefillTps / timeScale) * 1000;
     const first = await timedStream(prefix);
     const second = await timedStream(followUp);
+    assert.equal(first.finish.timings.cache_n, 0);
     assert.equal(second.finish.timings.cache_n, cachedTokens);
     assert.equal(second.finish.timings.prompt_n, tokensFor(followUp.length) - cachedTokens);
-    // Compare with what the follow-up would cost uncached.
-    const uncachedFirstMs = (tokensFor(followUp.length) / P9B.prefillTps / timeScale) * 1000;
-    const saving = uncachedFirstMs - second.firstToken;
-    const report = `first ${first.firstToken.toFixed(0)} ms, follow-up ${second.firstToken.toFixed(0)} ms, ` +
-      `saving ${saving.toFixed(0)} ms (expected ${expectedSavingMs.toFixed(0)})`;
-    t.diagnostic(report);
-    assert.ok(within(saving, expectedSavingMs, 0.2), report);
-    assert.ok(first.firstToken - second.firstToken > 0.8 * expectedSavingMs, report);
+    const uncachedMs = ((tokensFor(followUp.length) - cachedTokens) / P9B.prefillTps / timeScale) * 1000;
+    t.diagnostic(
+      `first token: ${first.firstToken.toFixed(0)} ms, follow-up ${second.firstToken.toFixed(0)} ms ` +
+        `(plan for the uncached part ${uncachedMs.toFixed(1)} ms)`,
+    );
+    assert.ok(second.firstToken >= uncachedMs - ROUNDING_MS);
+    assert.ok(second.finish.timings.prompt_ms >= uncachedMs - ROUNDING_MS);
   });
 });
 
 describe('SIGTERM drain', () => {
   let agent;
   before(async () => {
-    agent = await startAgent(['--profile', P9B.name, '--time-scale', '10']);
+    agent = await startAgent(['--profile', P9B.name, '--time-scale', '1']);
   });
   after(() => stopAgent(agent));
 
   test('in-flight requests complete, new ones get 503, exit code 0', async () => {
-    // 1,000 characters: ~0.7 s prefill + 0.16 s decode at time_scale 10.
+    // 400 characters: 100 / 35.9 = 2.8 s of prefill, then 16 tokens at 9.3 tok/s (1.6 s): the
+    // signal, the log line and the refused request all come well within it.
     const t0 = performance.now();
     const inFlight = post(
       agent,
       '/v1/chat/completions',
-      chatBody('c'.repeat(1000), { stream: true }),
+      chatBody('c'.repeat(400), { stream: true }),
     ).then((res) => readEvents(res, t0));
-    await waitFor(async () => (await health(agent)).slots_idle === 0, 1000, 'slot taken');
+    await waitFor(async () => (await health(agent)).slots_idle === 0, DEADLINE_MS, 'slot taken');
     process.kill(agent.proc.pid, 'SIGTERM');
     await waitFor(
       () => agent.logs.some((l) => l.msg.startsWith('shutting down')),
-      1000,
+      DEADLINE_MS,
       'shutdown log line',
     );
     const refused = await post(agent, '/v1/chat/completions', chatBody('late'));
@@ -514,10 +568,8 @@ describe('SIGTERM drain', () => {
       .map((e) => JSON.parse(e.data))
       .filter((c) => c.choices[0]?.delta?.content);
     assert.equal(contentChunks.length, P9B.answerTokens);
-    const [code] = await Promise.race([
-      agent.exited,
-      new Promise((_, reject) => setTimeout(() => reject(new Error('no exit in 3 s')), 3000)),
-    ]);
+    // The drain ends with the last request; the deadline is only there to fail rather than hang.
+    const [code] = await withDeadline(agent.exited, DEADLINE_MS, 'the exit');
     assert.equal(code, 0);
   });
 });

@@ -131,6 +131,51 @@ TEST(SimCache, PickSlotPrefersLongestPrefixAmongIdle) {
   EXPECT_EQ(cache.cached_prefix_tokens(1, "system prompt A; user 1"), 0u);
 }
 
+// The two requests of agent_sim.test.mjs's "simulated timing" tests, exactly: the integration
+// test checks only that the running agent is never faster than this plan (a lower bound), since
+// a loaded machine can only make it slower.
+TEST(SimTiming, StreamOfTheTimingTest) {
+  const SimProfile& p9 = profile(k9b);
+  SimOptions options;
+  options.time_scale = 10;
+  const std::string content(1400, 'a');  // 350 tokens
+  const SimPlan p = plan(p9, options, content);
+  EXPECT_EQ(p.prompt_tokens, 350u);
+  EXPECT_EQ(p.completion_tokens, 16u);
+  const double prefill = 350.0 / (7000.0 / 195.0) / 10;  // 0.975 s
+  const double interval = 1.0 / 9.3 / 10;                // 10.75 ms
+  EXPECT_NEAR(p.prefill_seconds, prefill, 1e-12);
+  const auto schedule = token_schedule(p9, p, 1, options.time_scale);
+  ASSERT_EQ(schedule.size(), 16u);
+  EXPECT_NEAR(schedule.front(), prefill, 1e-12);
+  EXPECT_NEAR(schedule.back(), prefill + 15 * interval, 1e-12);  // ~1.136 s
+  for (std::size_t i = 1; i < schedule.size(); ++i) {
+    EXPECT_NEAR(schedule[i] - schedule[i - 1], interval, 1e-12);
+  }
+}
+
+TEST(SimTiming, SharedPrefixOfTheTimingTest) {
+  const SimProfile& p9 = profile(k9b);
+  SimOptions options;
+  options.time_scale = 10;
+  const std::string prefix(2000, 'b');  // 500 tokens
+  const std::string follow_up = prefix + "\nZZ follow-up question about the same case";
+  SlotCache cache(1);
+  const SimPlan first = plan(p9, options, prefix, cache.cached_prefix_tokens(0, prefix));
+  EXPECT_EQ(first.cached_tokens, 0u);
+  cache.store(0, prefix + sim_text(first.text_seed, first.completion_tokens));
+  const std::size_t cached = cache.cached_prefix_tokens(0, follow_up);
+  EXPECT_EQ(cached, 500u);
+  const SimPlan second = plan(p9, options, follow_up, cached);
+  const SimPlan uncached = plan(p9, options, follow_up);
+  EXPECT_EQ(second.prompt_tokens, 511u);
+  EXPECT_EQ(second.cached_tokens, 500u);
+  // The follow-up reads 11 tokens instead of 511: the cache saves 500 / 35.9 / 10 = 1.39 s.
+  EXPECT_NEAR(second.prefill_seconds, 11.0 / (7000.0 / 195.0) / 10, 1e-12);
+  EXPECT_NEAR(uncached.prefill_seconds - second.prefill_seconds, 500.0 / (7000.0 / 195.0) / 10,
+              1e-12);
+}
+
 TEST(SimDecode, ZeroPointEightBParallelSlots) {
   const SimProfile& small = profile(k08b);
   double one = token_interval_seconds(small, 1, 1.0);

@@ -136,7 +136,8 @@ std::uint64_t Scalar::whole(std::uint64_t min, std::uint64_t max) const {
   std::uint64_t v = 0;
   for (char c : digits) {
     const auto d = static_cast<std::uint64_t>(c - '0');
-    if (v > (max - d) / 10) {
+    // v * 10 + d > max, without overflowing.
+    if (v > max / 10 || d > max - v * 10) {
       fail(bounded ? between : "must be at most " + std::to_string(max) + ", got " + t);
     }
     v = v * 10 + d;

@@ -62,6 +62,10 @@ TEST(ConfigScalarWhole, BoundsAndTheirMessages) {
   EXPECT_EQ(error_of([] { flag("0").whole32(1); }), "--x: must be greater than 0");
   EXPECT_EQ(error_of([] { flag("1").whole32(2); }), "--x: must be at least 2, got 1");
   EXPECT_EQ(flag("4294967295").whole32(), 4294967295u);
+  // An upper bound below 9: the overflow check does not wrap.
+  EXPECT_EQ(error_of([] { flag("9").whole(0, 4); }), "--x: must be between 0 and 4, got 9");
+  EXPECT_EQ(flag("4").whole(0, 4), 4u);
+  EXPECT_EQ(flag("0").whole(0, 0), 0u);
 }
 
 TEST(ConfigScalarWhole, NoValueOrNotAScalar) {

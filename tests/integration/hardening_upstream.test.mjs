@@ -68,3 +68,69 @@ describe('a pooled connection is never reused with unread bytes on it', () => {
     assert.equal(served[0].onConnection, 1, 'on a new connection');
   });
 });
+
+// One streamed request on a raw socket with Connection: close; resolves with every byte received.
+function rawStream(gw, body) {
+  const { hostname, port } = new URL(gw.publicUrl);
+  const payload = JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(port), hostname);
+    const chunks = [];
+    socket.on('data', (c) => chunks.push(c));
+    socket.on('end', () => resolve(Buffer.concat(chunks).toString('latin1')));
+    socket.on('error', reject);
+    socket.setTimeout(10000, () => socket.destroy(new Error('raw stream timed out')));
+    socket.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: ${hostname}\r\nContent-Type: application/json\r\n` +
+        `Content-Length: ${Buffer.byteLength(payload)}\r\nConnection: close\r\n\r\n${payload}`,
+    );
+  });
+}
+
+describe('keep-alive comments', () => {
+  const fakes = {};
+  let gw;
+
+  before(async () => {
+    fakes.refuses = await startFakeReplica({
+      name: 'refuses',
+      mode: { type: 'status', status: 400, delayMs: 4, body: JSON.stringify({ error: { message: 'bad request', type: 'invalid_request_error', param: null, code: null } }) },
+    });
+    gw = await startGateway({
+      models: [{ name: 'refuses', slots: 8, endpoints: [fakes.refuses.url] }],
+      routing: { keepalive_interval: '1ms', retries: 0 },
+      log: { level: 'warn' },
+    });
+  });
+  after(() => closeAll(gw, fakes));
+
+  test('are never written after the end of a stream (the ticker racing the last writes)', { timeout: TEST_TIMEOUT_MS }, async () => {
+    // The phone refuses after the stream was opened by comments: the refusal becomes an error event
+    // and the stream's last chunk. A comment queued meanwhile must not follow that last chunk.
+    const rounds = 300;
+    const parallel = 4;
+    let next = 0;
+    let streams = 0;
+    const bad = [];
+    async function worker() {
+      while (next < rounds) {
+        ++next;
+        const raw = await rawStream(gw, chat('refuses', { stream: true }));
+        assert.match(raw, /"error"/);
+        if (!raw.startsWith('HTTP/1.1 200')) {
+          continue; // the refusal came before the first comment: a plain 400, no stream to end
+        }
+        ++streams;
+        const end = raw.indexOf('\r\n0\r\n\r\n');
+        assert.ok(end > 0, `no last chunk: ${JSON.stringify(raw.slice(0, 300))}`);
+        const tail = raw.slice(end + 7);
+        if (tail.length > 0) {
+          bad.push(tail);
+        }
+      }
+    }
+    await Promise.all(Array.from({ length: parallel }, worker));
+    assert.ok(streams > 0, 'some refusals came after the stream was opened');
+    assert.deepEqual(bad.slice(0, 3), [], `${bad.length} of ${streams} streams had bytes after their last chunk`);
+  });
+});

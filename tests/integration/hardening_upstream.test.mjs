@@ -11,7 +11,17 @@ import { after, before, describe, test } from 'node:test';
 
 import { startFakeReplica } from './lib/fake_replica.mjs';
 import { replicaByUrl } from './lib/lifecycle_util.mjs';
-import { openAiError, openStream, parseSse, postJson, startGateway, stopChecked } from './lib/gateway.mjs';
+import {
+  makeTempDir,
+  makeTestCerts,
+  openAiError,
+  openStream,
+  parseSse,
+  postJson,
+  removeDir,
+  startGateway,
+  stopChecked,
+} from './lib/gateway.mjs';
 
 // A test that fails must not hang the suite (a regression can stall a stream forever).
 const TEST_TIMEOUT_MS = 30000;
@@ -70,12 +80,51 @@ describe('interim (1xx) answers from a phone', () => {
 describe('a pooled connection is never reused with unread bytes on it', () => {
   const fakes = {};
   let gw;
+  let certs;
 
   before(async () => {
+    certs = makeTestCerts(makeTempDir('fleetgate-hu-'));
     fakes.trailing = await startFakeReplica({ name: 'trailing' });
-    gw = await startGateway({ models: [{ name: 'trailing', slots: 1, endpoints: [fakes.trailing.url] }], routing: { retries: 0 } });
+    fakes.closer = await startFakeReplica({ name: 'closer', keepAliveTimeoutMs: 50 });
+    fakes.tls = await startFakeReplica({ name: 'tls', tls: { key: certs.key, cert: certs.cert } });
+    gw = await startGateway({
+      models: [
+        { name: 'trailing', slots: 1, endpoints: [fakes.trailing.url] },
+        { name: 'closer', slots: 1, endpoints: [fakes.closer.url] },
+        { name: 'tls', slots: 1, endpoints: [fakes.tls.url] },
+      ],
+      routing: { retries: 0 },
+      upstream: { ca_file: certs.caFile },
+      log: { level: 'debug' },
+    });
   });
-  after(() => closeAll(gw, fakes));
+  after(async () => {
+    await closeAll(gw, fakes);
+    removeDir(certs?.dir);
+  });
+
+  test('clean keep-alive connections are reused, over TCP and TLS', async () => {
+    for (const model of ['trailing', 'tls']) {
+      for (let i = 0; i < 3; ++i) {
+        const res = await postJson(gw.publicUrl, '/v1/chat/completions', chat(model, { tag: `reuse-${model}-${i}` }));
+        assert.equal(res.status, 200, res.text);
+      }
+      assert.deepEqual(fakes[model].requestsWith(`reuse-${model}-`).map((r) => r.onConnection), [1, 2, 3], `${model}: one connection`);
+    }
+  });
+
+  test('a connection the phone closed while idle is not used again', async () => {
+    const first = await postJson(gw.publicUrl, '/v1/chat/completions', chat('closer', { tag: 'before-close' }));
+    assert.equal(first.status, 200);
+    const record = fakes.closer.requestsWith('before-close')[0];
+    await fakes.closer.waitFor((f) => f.connectionClosed(record), { what: 'the phone to close the idle connection' });
+    const seen = gw.logs.length;
+    const second = await postJson(gw.publicUrl, '/v1/chat/completions', chat('closer', { tag: 'after-close' }));
+    assert.equal(second.status, 200, second.text);
+    assert.equal(fakes.closer.requestsWith('after-close')[0].onConnection, 1);
+    const stale = gw.logs.slice(seen).filter((l) => /stale pooled connection/.test(l.msg ?? ''));
+    assert.deepEqual(stale, [], 'the closed connection was noticed before a request was written to it');
+  });
 
   test('an answer followed by a second, unasked-for answer: the next request gets its own', { timeout: TEST_TIMEOUT_MS }, async () => {
     const first = await postJson(gw.publicUrl, '/v1/chat/completions', chat('trailing', { tag: 'smuggler', fake: { type: 'trailing' } }));

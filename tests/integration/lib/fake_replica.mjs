@@ -36,7 +36,8 @@
 // Each request record has: seq, method, path, headers, rawBody, json, receivedAt, sent (the bytes
 // the fake wrote), sentPlain (for streams: the bytes it would have written had the request not
 // asked for usage; otherwise the same as sent), chunksSent, finished, closedEarly, closedAt,
-// onConnection (1 for the first request on its connection, 2 for the next, ...).
+// onConnection (1 for the first request on its connection, 2 for the next, ...);
+// connectionClosed(record) says whether the connection that carried it has closed since.
 //
 // "In flight" starts when a request's body is complete and ends just before the last byte of the
 // answer is written (or when the connection is closed early). It ends *before* the final write so
@@ -88,6 +89,8 @@ export class FakeReplica extends EventEmitter {
     this.maxInFlight = 0;
     this.tlsErrors = [];
     this.connections = 0;
+    this.closedSockets = new WeakSet();
+    this.recordSockets = new WeakMap();
     this.server = null;
     this.port = 0;
     this.holds = [];
@@ -119,6 +122,11 @@ export class FakeReplica extends EventEmitter {
       ++released;
     }
     return released;
+  }
+
+  // Whether the connection that carried this request has closed (either side).
+  connectionClosed(record) {
+    return this.closedSockets.has(this.recordSockets.get(record));
   }
 
   // Requests whose body contains a given marker (the tests tag their requests).
@@ -155,10 +163,12 @@ export class FakeReplica extends EventEmitter {
         this.off('request', check);
         this.off('close', check);
         this.off('finish', check);
+        this.off('connectionClosed', check);
       };
       this.on('request', check);
       this.on('close', check);
       this.on('finish', check);
+      this.on('connectionClosed', check);
       check();
     });
   }
@@ -172,8 +182,12 @@ export class FakeReplica extends EventEmitter {
     this.server.requestTimeout = 0;
     this.server.headersTimeout = 0;
     this.server.keepAliveTimeout = this.keepAliveTimeoutMs;
-    this.server.on('connection', () => {
+    this.server.on('connection', (socket) => {
       ++this.connections;
+      socket.on('close', () => {
+        this.closedSockets.add(socket);
+        this.emit('connectionClosed');
+      });
     });
     this.server.on('tlsClientError', (err) => {
       this.tlsErrors.push(err);
@@ -257,6 +271,7 @@ export class FakeReplica extends EventEmitter {
         closedEarly: false,
         closedAt: null,
       };
+      this.recordSockets.set(record, req.socket);
       this.requests.push(record);
       ++this.inFlight;
       this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);

@@ -190,6 +190,13 @@ Ending failure_ending(const ExchangeResult& last, const FailedAttempt& f, unsign
   return e;
 }
 
+Ending left_fleet_ending(unsigned attempts) {
+  Ending e;
+  e.message = "the request failed on " + std::to_string(attempts) +
+              " replica attempt(s); the last replica left the fleet";
+  return e;
+}
+
 // Per-replica outcome label (fleetgate_replica_requests_total).
 std::string replica_outcome(const FailedAttempt& f) {
   if (f.content_sent) {
@@ -280,7 +287,11 @@ asio::awaitable<std::optional<Ending>> run_attempts(ProxyContext* ctx, const con
     // Shared: a replica removed meanwhile (reload, DELETE) stays valid until this ends.
     std::shared_ptr<fleet::Replica> replica = ctx->registry->find(lease.replica());
     if (replica == nullptr) {
+      // Removed between the grant and now: costs an attempt, so this cannot loop.
       tried.push_back(lease.replica());
+      if (retries_used++ >= routing.retries) {
+        co_return left_fleet_ending(record->attempts);
+      }
       continue;
     }
     ++record->attempts;

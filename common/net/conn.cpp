@@ -1,5 +1,7 @@
 #include "common/net/conn.hpp"
 
+#include <poll.h>
+
 #include <array>
 #include <stdexcept>
 
@@ -18,6 +20,13 @@ namespace fg::net {
 namespace {
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+
+// Readable (bytes or end of stream), hung up or in error, asked without waiting. A failed poll
+// counts as pending too: the connection is then not reused, which costs one new connection.
+bool socket_input_pending(tcp::socket& socket) {
+  pollfd p{socket.native_handle(), POLLIN | POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) != 0;
+}
 
 class PlainConn final : public Conn {
  public:
@@ -42,6 +51,7 @@ class PlainConn final : public Conn {
     stream_.socket().close(ec);
   }
   bool is_open() const override { return stream_.socket().is_open(); }
+  bool input_pending() override { return socket_input_pending(stream_.socket()); }
   void expires_after(std::chrono::steady_clock::duration d) override { stream_.expires_after(d); }
   void expires_never() override { stream_.expires_never(); }
   asio::any_io_executor get_executor() override { return stream_.get_executor(); }
@@ -75,6 +85,13 @@ class TlsConn final : public Conn {
     beast::get_lowest_layer(stream_).socket().close(ec);
   }
   bool is_open() const override { return beast::get_lowest_layer(stream_).socket().is_open(); }
+  bool input_pending() override {
+    // Records OpenSSL holds (decrypted or not) and bytes waiting in its input BIO were read from
+    // the socket already, so the socket alone cannot tell.
+    SSL* ssl = stream_.native_handle();
+    return SSL_has_pending(ssl) != 0 || BIO_ctrl_pending(SSL_get_rbio(ssl)) > 0 ||
+           socket_input_pending(beast::get_lowest_layer(stream_).socket());
+  }
   void expires_after(std::chrono::steady_clock::duration d) override {
     beast::get_lowest_layer(stream_).expires_after(d);
   }

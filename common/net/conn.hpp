@@ -41,6 +41,10 @@ class Conn {
   // Closes at once; pending operations complete with operation_aborted.
   virtual void close() = 0;
   virtual bool is_open() const = 0;
+  // Whether the peer sent something nobody has read yet (bytes, a TLS record, its close or a
+  // reset), found without reading or waiting. An idle keep-alive connection for which this holds
+  // must not carry another request: those bytes would be taken for its answer.
+  virtual bool input_pending() = 0;
   virtual void expires_after(std::chrono::steady_clock::duration d) = 0;
   virtual void expires_never() = 0;
   virtual asio::any_io_executor get_executor() = 0;

@@ -35,7 +35,7 @@ namespace fg::openai {
 
 // The body with "stream_options": {"include_usage": true} set (other members unchanged), or
 // nullopt when it is not a JSON object. Used to learn token counts of streams whose client did
-// not ask for usage; the extra usage is stripped again on the way back (UsageStripper).
+// not ask for usage; the extra usage is stripped again on the way back (SseRelay).
 std::optional<std::string> with_stream_usage(std::string_view body);
 
 }  // namespace fg::openai

@@ -118,77 +118,133 @@ namespace fg::openai {
 
 namespace {
 
-// The end of the first event in text (just past its blank line), or npos.
-std::size_t event_end(std::string_view text) {
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '\n' && text[i] != '\r') {
-      continue;
-    }
-    // A line break; a second one right after it ends the event.
-    std::size_t j = i + 1;
-    if (text[i] == '\r' && j < text.size() && text[j] == '\n') {
-      ++j;
-    }
-    if (j < text.size() && (text[j] == '\n' || text[j] == '\r')) {
-      std::size_t k = j + 1;
-      if (text[j] == '\r' && k < text.size() && text[k] == '\n') {
-        ++k;
-      }
-      return k;
+constexpr std::string_view kNullUsage = "\"usage\":null";
+
+// text without its `"usage":null` members (and the comma that joined each to its neighbour), in
+// one pass. A quote inside a JSON string is escaped, so this exact text can only be the member.
+std::string without_null_usage(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t from = 0;
+  for (auto at = text.find(kNullUsage); at != std::string_view::npos;
+       at = text.find(kNullUsage, from)) {
+    const std::size_t end = at + kNullUsage.size();
+    if (at > from && text[at - 1] == ',') {
+      out.append(text.substr(from, at - 1 - from));
+      from = end;
+    } else if (end < text.size() && text[end] == ',') {
+      out.append(text.substr(from, at - from));
+      from = end + 1;
+    } else {
+      out.append(text.substr(from, end - from));
+      from = end;
     }
   }
-  return std::string_view::npos;
+  out.append(text.substr(from));
+  return out;
 }
 
 }  // namespace
 
-std::string UsageStripper::event_out(std::string_view event) {
-  std::string data;
-  SseParser parser([&](const SseEvent& e) { data = e.data; });
-  parser.feed(event);
-  if (data.find("\"usage\"") == std::string::npos) {
-    return std::string(event);
+SseRelay::SseRelay(std::size_t max_event_bytes, bool strip_usage, EventHandler on_event)
+    : max_event_bytes_(max_event_bytes),
+      strip_usage_(strip_usage),
+      on_event_(std::move(on_event)),
+      parser_([this](const SseEvent& event) {
+        if (on_event_) {
+          on_event_(event);
+        }
+        if (!strip_usage_ || event.data.find("\"usage\"") == std::string::npos) {
+          return;
+        }
+        // The usage-only chunk: {"choices":[], "usage":{...}} (OpenAI, llama.cpp, the agent).
+        const bool usage_only = event.data.find("\"choices\":[]") != std::string::npos &&
+                                event.data.find("\"usage\":{") != std::string::npos;
+        strip_ = usage_only ? Strip::drop : Strip::remove_null_usage;
+      }) {}
+
+void SseRelay::forward(std::string_view event, std::string& out) {
+  strip_ = Strip::keep;
+  // The event ends with its blank line, so the parser dispatches it (if it has data) right here.
+  parser_.feed(event);
+  switch (strip_) {
+    case Strip::keep:
+      out.append(event);
+      break;
+    case Strip::drop:
+      break;
+    case Strip::remove_null_usage:
+      out += without_null_usage(event);
+      break;
   }
-  // The usage-only chunk: {"choices":[], "usage":{...}} (OpenAI, llama.cpp, fleetgate-agent).
-  const bool empty_choices = data.find("\"choices\":[]") != std::string::npos;
-  const bool usage_object = data.find("\"usage\":{") != std::string::npos;
-  if (empty_choices && usage_object) {
-    on_usage_(data);
-    return {};
-  }
-  // Other chunks carry "usage":null once usage was asked for. A quote inside a JSON string is
-  // escaped, so this exact text can only be the member itself.
-  std::string out(event);
-  for (std::string_view member : {",\"usage\":null", "\"usage\":null,"}) {
-    for (auto at = out.find(member); at != std::string::npos; at = out.find(member, at)) {
-      out.erase(at, member.size());
-    }
-  }
-  if (usage_object) {
-    on_usage_(data);
-  }
-  return out;
 }
 
-std::string UsageStripper::feed(std::string_view bytes) {
+bool SseRelay::feed(std::string_view bytes, std::string& out) {
+  if (overflowed_) {
+    return false;
+  }
   held_.append(bytes);
-  std::string out;
-  std::size_t start = 0;
+  std::size_t start = 0;  // where the current event begins in held_
+  std::size_t i = scanned_;
   for (;;) {
-    auto end = event_end(std::string_view(held_).substr(start));
-    if (end == std::string_view::npos) {
+    if (breaks_ == 2) {
+      // A blank line ended the event; a CR may still be followed by the LF of its CRLF, which
+      // belongs to this event.
+      if (after_cr_) {
+        if (i == held_.size()) {
+          break;  // known with the next byte (or at the end of the stream)
+        }
+        if (held_[i] == '\n') {
+          ++i;
+        }
+        after_cr_ = false;
+      }
+      breaks_ = 0;
+      if (i - start > max_event_bytes_) {
+        overflowed_ = true;
+        break;
+      }
+      forward(std::string_view(held_).substr(start, i - start), out);
+      start = i;
+      continue;
+    }
+    if (i == held_.size()) {
       break;
     }
-    out += event_out(std::string_view(held_).substr(start, end));
-    start += end;
+    const char c = held_[i];
+    if (c != '\r' && c != '\n') {
+      breaks_ = 0;
+      after_cr_ = false;
+      const std::size_t next = held_.find_first_of("\r\n", i + 1);
+      i = next == std::string::npos ? held_.size() : next;
+      continue;
+    }
+    ++i;
+    if (c == '\n' && after_cr_) {
+      after_cr_ = false;  // the LF of a CRLF: the same line break
+      continue;
+    }
+    after_cr_ = c == '\r';
+    ++breaks_;
+  }
+  bytes_scanned_ += i - scanned_;
+  if (!overflowed_ && held_.size() - start > max_event_bytes_) {
+    overflowed_ = true;
+  }
+  if (overflowed_) {
+    held_.clear();
+    scanned_ = 0;
+    return false;
   }
   held_.erase(0, start);
-  return out;
+  scanned_ = held_.size();
+  return true;
 }
 
-std::string UsageStripper::finish() {
+std::string SseRelay::finish() {
   std::string rest = std::move(held_);
   held_.clear();
+  scanned_ = 0;
   return rest;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -44,24 +45,50 @@ std::string sse_error(std::string_view message, std::string_view type, std::stri
 
 namespace fg::openai {
 
-// For a stream on which the gateway asked the replica for usage the client did not ask for:
-// passes events through unchanged except that it drops the usage-only event (empty "choices"
-// and a "usage" object) and the `"usage":null` members other chunks then carry, so the client
-// receives what it would have without stream_options.include_usage. Usage is handed to on_usage.
-// Works on whole events: bytes of an event still incomplete are held until its blank line.
-class UsageStripper {
+// Relays a replica's event stream one whole event at a time, in time linear in the bytes (each
+// byte is examined once, however the stream is split) and in memory bounded by the longest
+// event allowed. An event still incomplete is held until its blank line; an event (or line)
+// growing beyond max_event_bytes ends the relay, and nothing of it is forwarded, so the client's
+// stream stays well formed for the error event that ends it.
+//
+// on_event sees every event dispatched (for usage and timings). With strip_usage (the gateway
+// asked the replica for usage the client did not ask for), the usage-only event (empty "choices"
+// and a "usage" object) is dropped and the `"usage":null` members other chunks then carry are
+// removed, so the client receives what it would have without stream_options.include_usage. Every
+// other byte is forwarded unchanged.
+class SseRelay {
  public:
-  using UsageHandler = std::function<void(std::string_view data)>;
-  explicit UsageStripper(UsageHandler on_usage) : on_usage_(std::move(on_usage)) {}
-  // Returns the bytes to forward now.
-  std::string feed(std::string_view bytes);
-  // Whatever is still held (a stream that ended without a final blank line).
+  using EventHandler = std::function<void(const SseEvent&)>;
+  SseRelay(std::size_t max_event_bytes, bool strip_usage, EventHandler on_event);
+  SseRelay(const SseRelay&) = delete;
+  SseRelay& operator=(const SseRelay&) = delete;
+
+  // Appends to out the bytes to forward now (the events these bytes completed). False once an
+  // event is longer than max_event_bytes: the stream must end; later calls forward nothing.
+  bool feed(std::string_view bytes, std::string& out);
+  // The end of the stream: what is left of an event that had no closing blank line.
   std::string finish();
 
+  bool overflowed() const { return overflowed_; }
+  std::size_t held() const { return held_.size(); }
+  // Bytes examined for event ends so far: the bytes fed, each once (the relay never rescans).
+  std::uint64_t bytes_scanned() const { return bytes_scanned_; }
+
  private:
-  std::string event_out(std::string_view event);
-  UsageHandler on_usage_;
-  std::string held_;
+  void forward(std::string_view event, std::string& out);
+
+  std::size_t max_event_bytes_;
+  bool strip_usage_;
+  EventHandler on_event_;
+  SseParser parser_;
+  std::string held_;         // the incomplete event
+  std::size_t scanned_ = 0;  // bytes of held_ already examined
+  int breaks_ = 0;  // line breaks in a row before scanned_ (2: the event ended, maybe before an LF)
+  bool after_cr_ = false;  // the last byte examined was a CR (an LF next is the same break)
+  bool overflowed_ = false;
+  std::uint64_t bytes_scanned_ = 0;
+  // What the dispatched event asks of the relay (set by parser_'s handler).
+  enum class Strip { keep, drop, remove_null_usage } strip_ = Strip::keep;
 };
 
 }  // namespace fg::openai

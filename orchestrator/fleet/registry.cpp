@@ -61,7 +61,8 @@ std::unique_ptr<net::Conn> Registry::take_idle(Replica& replica, Clock::duration
   while (!replica.idle.empty()) {
     IdleConn idle = std::move(replica.idle.back());
     replica.idle.pop_back();
-    if (now - idle.since <= max_idle && idle.conn->is_open()) {
+    // Unread bytes (a second answer, garbage) or the replica's close: never reused.
+    if (now - idle.since <= max_idle && idle.conn->is_open() && !idle.conn->input_pending()) {
       return std::move(idle.conn);
     }
   }

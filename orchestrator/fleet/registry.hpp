@@ -64,7 +64,8 @@ class Registry {
   void remove(ReplicaId id);
   std::vector<std::shared_ptr<Replica>> all() const;
 
-  // Takes a pooled connection younger than max_idle, or nullptr.
+  // Takes a pooled connection younger than max_idle with nothing unread on it (neither bytes
+  // nor the replica's close), or nullptr. Older or unclean ones are dropped on the way.
   std::unique_ptr<net::Conn> take_idle(Replica& replica, Clock::duration max_idle,
                                        Clock::time_point now);
   // Returns a connection for reuse; the oldest is dropped beyond max_per_replica.

@@ -245,7 +245,8 @@ void Metrics::declare_model(const std::string& model) {
   for (const char* reason : {"full", "timeout", "client_gone"}) {
     queue_rejections_.Add({{"model", model}, {"reason", reason}});
   }
-  for (const char* kind : {"connect", "tls", "timeout", "http_5xx", "busy", "reset", "protocol"}) {
+  for (const char* kind : {"connect", "tls", "timeout", "http_5xx", "busy", "reset", "protocol",
+                           "model_not_found", "too_large", "deadline"}) {
     upstream_errors_.Add({{"model", model}, {"kind", kind}});
   }
   for (const char* kind : {"prompt", "completion"}) {

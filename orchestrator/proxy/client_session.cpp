@@ -13,6 +13,7 @@
 #include "common/net/http_io.hpp"
 #include "common/openai/errors.hpp"
 #include "common/openai/inspect.hpp"
+#include "common/util/duration.hpp"
 #include "common/util/request_id.hpp"
 #include "common/util/text.hpp"
 #include "orchestrator/fleet/fleet_manager.hpp"
@@ -96,161 +97,272 @@ struct RequestRecord {
   std::string outcome = "ok";
 };
 
-std::string replica_outcome(const ExchangeResult& r) {
-  switch (r.kind) {
-    case ExchangeResult::Kind::done:
-      return "ok";
-    case ExchangeResult::Kind::client_gone:
-      return "client_gone";
-    case ExchangeResult::Kind::failed_after_content:
-      return "failed_mid_stream";
-    case ExchangeResult::Kind::retryable:
-      return r.error == UpstreamError::busy ? "busy" : "error";
-  }
-  return "error";
+// How a request is answered when no replica's answer was relayed: one place, so that every way
+// out of proxy_flow leaves the client exactly one terminal answer (an error response, or an
+// error event ending a stream already begun). Built outside coroutines (GCC 12 and braced lists).
+struct Ending {
+  unsigned status = 502;
+  std::string message;
+  std::string code = "upstream_error";
+  std::vector<net::Header> headers;
+  std::string outcome = "upstream_failed";
+};
+
+Ending deadline_ending(const config::RoutingConfig& routing) {
+  Ending e;
+  e.status = 504;
+  e.message = "the request did not complete within routing.request_timeout (" +
+              format_duration(routing.request_timeout) + ")";
+  e.code = "request_timeout";
+  e.outcome = "request_timeout";
+  return e;
 }
 
-// Passive health: connect, TLS, timeout, protocol and 5xx failures count against the replica;
-// a busy answer (429/503: its slots are taken, perhaps by another gateway) does not.
-void report_outcome(ProxyContext* ctx, const fleet::Replica& replica, const ExchangeResult& r) {
-  switch (r.error) {
-    case UpstreamError::none:
-      if (r.kind == ExchangeResult::Kind::done) {
-        ctx->fleet->traffic_success(replica.id);
-      }
+// The queue did not bind the request to a replica.
+Ending queue_ending(AcquireError error, const std::string& model, bool deadline_first,
+                    const config::RoutingConfig& routing) {
+  Ending e;
+  switch (error) {
+    case AcquireError::queue_full:
+      e.status = 429;
+      e.message = "the queue for model '" + model + "' is full; retry later";
+      e.code = "queue_full";
+      e.headers = retry_after_headers("1");
+      e.outcome = "queue_full";
       break;
+    case AcquireError::timeout:
+      if (deadline_first) {
+        return deadline_ending(routing);
+      }
+      e.status = 503;
+      e.message = "no replica of model '" + model + "' became free within routing.queue_timeout";
+      e.code = "queue_timeout";
+      e.headers = retry_after_headers("5");
+      e.outcome = "queue_timeout";
+      break;
+    case AcquireError::unknown_model:
+    case AcquireError::none:
+    case AcquireError::cancelled:
+      e.status = 404;
+      e.message = "the model '" + model + "' does not exist";
+      e.code = "model_not_found";
+      e.outcome = "model_not_found";
+      break;
+  }
+  return e;
+}
+
+// The last attempt failed and the retry rule says fail.
+Ending failure_ending(const ExchangeResult& last, const FailedAttempt& f, unsigned attempts,
+                      const config::RoutingConfig& routing) {
+  if (f.deadline_passed || f.error == UpstreamError::deadline) {
+    return deadline_ending(routing);
+  }
+  const std::string kind(to_string(f.error));
+  Ending e;
+  if (f.content_sent) {
+    e.message = "the replica failed in the middle of the stream (" +
+                (last.detail.empty() ? kind : "it " + last.detail) + ")";
+    e.outcome = "upstream_failed_mid_stream";
+    return e;
+  }
+  std::string what;
+  switch (f.error) {
     case UpstreamError::busy:
+      // Busy everywhere: 503 with Retry-After, as a phone says it.
+      e.status = 503;
+      e.headers.emplace_back("Retry-After", last.retry_after.empty() ? "5" : last.retry_after);
+      what = "answered HTTP " + std::to_string(last.upstream_status);
+      break;
+    case UpstreamError::http_5xx:
+      what = "answered HTTP " + std::to_string(last.upstream_status);
+      break;
+    case UpstreamError::timeout:
+      e.status = 504;
+      what = "timed out";
       break;
     default:
-      ctx->fleet->traffic_failure(replica.id);
+      what = last.detail.empty() ? "failed (" + kind + ")" : last.detail;
       break;
+  }
+  e.message = "the request failed on " + std::to_string(attempts) +
+              " replica attempt(s); the last replica " + what;
+  return e;
+}
+
+Ending left_fleet_ending(unsigned attempts) {
+  Ending e;
+  e.message = "the request failed on " + std::to_string(attempts) +
+              " replica attempt(s); the last replica left the fleet";
+  return e;
+}
+
+// Per-replica outcome label (fleetgate_replica_requests_total).
+std::string replica_outcome(const FailedAttempt& f) {
+  if (f.content_sent) {
+    return "failed_mid_stream";
+  }
+  return f.error == UpstreamError::busy ? "busy" : "error";
+}
+
+// Counts a failed attempt: metrics, passive health, the log.
+void note_failure(ProxyContext* ctx, const config::Config* config, fleet::Replica& replica,
+                  const ExchangeResult& result, const FailedAttempt& f, const RetryDecision& d,
+                  const ClientWriter& writer, const std::string& model) {
+  if (d.action == RetryAction::retry_fresh_connection) {
+    // A keep-alive connection the replica had closed: the connection's failure, not its.
+    log::debug("stale pooled connection, sending again on a new one",
+               {{"request_id", writer.request_id()}, {"replica", replica.name}});
+    return;
+  }
+  if (d.counts_against_replica) {
+    ++replica.failures;
+    ctx->fleet->traffic_failure(replica.id);
+  }
+  ctx->metrics->upstream_error(model, std::string(to_string(f.error)));
+  if (config->metrics.per_replica) {
+    ctx->metrics->replica_request(replica.model, replica.name, replica_outcome(f));
+  }
+  log::info("upstream attempt failed", {{"request_id", writer.request_id()},
+                                        {"replica", replica.name},
+                                        {"error", to_string(f.error)},
+                                        {"upstream_status", result.upstream_status}});
+}
+
+// A relayed answer: passive health, throughput for the admin API, per-replica metrics.
+void note_done(ProxyContext* ctx, const config::Config* config, fleet::Replica& replica,
+               const ExchangeResult& result, Clock::duration took) {
+  if (result.stats.completion_tokens) {
+    // Recent throughput: completion tokens over the whole exchange, smoothed.
+    double secs = std::chrono::duration<double>(took).count();
+    if (secs > 0) {
+      double rate = static_cast<double>(*result.stats.completion_tokens) / secs;
+      auto& r = replica.tokens_per_second;
+      r = r == 0 ? rate : 0.8 * r + 0.2 * rate;
+    }
+  }
+  ctx->fleet->traffic_success(replica.id);
+  if (config->metrics.per_replica) {
+    ctx->metrics->replica_request(replica.model, replica.name, "ok");
   }
 }
 
-// Binds the request to a replica (queueing if needed), relays, and fails over while nothing has
-// reached the client. Ends with exactly one response (or error event).
-asio::awaitable<void> proxy_flow(ProxyContext* ctx, const config::Config* config,
-                                 const net::Request* request, const openai::RequestInfo* info,
-                                 ClientWriter* writer, RequestRecord* record) {
-  // Streams whose client did not ask for usage: ask the replica anyway (token counts for logs
-  // and metrics) and strip it again on the way back.
-  std::string usage_body;
-  bool strip_usage = false;
-  if (info->stream && !info->include_usage && config->metrics.request_stream_usage) {
-    if (auto body = openai::with_stream_usage(request->body())) {
-      usage_body = std::move(*body);
-      strip_usage = true;
-    }
-  }
-  const std::string* body = strip_usage ? &usage_body : &request->body();
+// Binds the request to a replica (queueing if needed) and relays its answer, retrying as
+// retry_decision says. nullopt when an answer was relayed or the client left; otherwise how the
+// client must be answered.
+asio::awaitable<std::optional<Ending>> run_attempts(ProxyContext* ctx, const config::Config* config,
+                                                    const UpstreamRequest* up, ClientWriter* writer,
+                                                    RequestRecord* record) {
   const auto& routing = config->routing;
+  const std::string& model = up->info->model;
   std::vector<ReplicaId> tried;
-  ExchangeResult last;
-  for (unsigned attempt = 0; attempt <= routing.retries; ++attempt) {
-    auto acquired = co_await ctx->broker->acquire(info->model, tried, routing.queue_timeout);
+  unsigned retries_used = 0;
+  for (;;) {
+    const auto left = up->deadline - Clock::now();
+    if (left <= Clock::duration::zero()) {
+      co_return deadline_ending(routing);
+    }
+    // The queue wait is clipped to what is left of the request's deadline.
+    const bool deadline_first = left < Clock::duration(routing.queue_timeout);
+    const Clock::duration wait = deadline_first ? left : Clock::duration(routing.queue_timeout);
+    auto acquired = co_await ctx->broker->acquire(model, tried, wait);
     record->queue_wait += acquired.waited;
     switch (acquired.error) {
       case AcquireError::none:
         break;
-      case AcquireError::queue_full:
-        record->outcome = "queue_full";
-        ctx->metrics->queue_rejection(info->model, "full");
-        co_await writer->send_error(
-            429, "the queue for model '" + info->model + "' is full; retry later", "queue_full",
-            retry_after_headers("1"));
-        co_return;
-      case AcquireError::timeout:
-        record->outcome = "queue_timeout";
-        ctx->metrics->queue_rejection(info->model, "timeout");
-        co_await writer->send_error(
-            503,
-            "no replica of model '" + info->model + "' became free within routing.queue_timeout",
-            "queue_timeout", retry_after_headers("5"));
-        co_return;
-      case AcquireError::unknown_model:
-        record->outcome = "model_not_found";
-        co_await writer->send_error(404, "the model '" + info->model + "' does not exist",
-                                    "model_not_found");
-        co_return;
       case AcquireError::cancelled:
         record->outcome = "client_gone";
-        ctx->metrics->queue_rejection(info->model, "client_gone");
-        co_return;
+        ctx->metrics->queue_rejection(model, "client_gone");
+        co_return std::nullopt;
+      case AcquireError::queue_full:
+        ctx->metrics->queue_rejection(model, "full");
+        co_return queue_ending(acquired.error, model, deadline_first, routing);
+      case AcquireError::timeout:
+        ctx->metrics->queue_rejection(model, "timeout");
+        co_return queue_ending(acquired.error, model, deadline_first, routing);
+      case AcquireError::unknown_model:
+        co_return queue_ending(acquired.error, model, deadline_first, routing);
     }
     SlotLease lease = std::move(acquired.lease);
     // Shared: a replica removed meanwhile (reload, DELETE) stays valid until this ends.
     std::shared_ptr<fleet::Replica> replica = ctx->registry->find(lease.replica());
     if (replica == nullptr) {
+      // Removed between the grant and now: costs an attempt, so this cannot loop.
+      tried.push_back(lease.replica());
+      if (retries_used++ >= routing.retries) {
+        co_return left_fleet_ending(record->attempts);
+      }
       continue;
     }
     ++record->attempts;
     record->replica = replica->name;
     ++replica->requests;
-    const auto exchange_start = Clock::now();
-    last = co_await exchange(ctx, config, replica.get(), request, body, info, strip_usage, writer);
-    if (last.kind == ExchangeResult::Kind::done && last.completion_tokens) {
-      // Recent throughput for the admin API: completion tokens over the whole exchange, smoothed.
-      double secs = std::chrono::duration<double>(Clock::now() - exchange_start).count();
-      if (secs > 0) {
-        double rate = static_cast<double>(*last.completion_tokens) / secs;
-        auto& r = replica->tokens_per_second;
-        r = r == 0 ? rate : 0.8 * r + 0.2 * rate;
+    // One attempt on this slot, plus at most one free retry on a new connection.
+    bool fresh_retry_used = false;
+    for (;;) {
+      const auto exchange_start = Clock::now();
+      ExchangeResult result =
+          co_await exchange(ctx, config, replica.get(), up, !fresh_retry_used, writer);
+      record->prompt_tokens = result.stats.prompt_tokens;
+      record->completion_tokens = result.stats.completion_tokens;
+      if (result.kind == ExchangeResult::Kind::done) {
+        note_done(ctx, config, *replica, result, Clock::now() - exchange_start);
+        co_return std::nullopt;
       }
-    }
-    report_outcome(ctx, *replica, last);
-    if (config->metrics.per_replica) {
-      ctx->metrics->replica_request(replica->model, replica->name, replica_outcome(last));
-    }
-    record->prompt_tokens = last.prompt_tokens;
-    record->completion_tokens = last.completion_tokens;
-    switch (last.kind) {
-      case ExchangeResult::Kind::done:
-        co_return;
-      case ExchangeResult::Kind::client_gone:
-        record->outcome = "client_gone";
-        co_return;
-      case ExchangeResult::Kind::failed_after_content:
-        ++replica->failures;
-        ctx->metrics->upstream_error(info->model, std::string(to_string(last.error)));
-        record->outcome = "upstream_failed_mid_stream";
-        co_return;
-      case ExchangeResult::Kind::retryable:
-        ++replica->failures;
-        tried.push_back(replica->id);
-        ctx->metrics->upstream_error(info->model, std::string(to_string(last.error)));
-        if (attempt < routing.retries) {
-          ctx->metrics->retry(info->model);
+      if (result.kind == ExchangeResult::Kind::client_gone) {
+        if (config->metrics.per_replica) {
+          ctx->metrics->replica_request(replica->model, replica->name, "client_gone");
         }
-        log::info("upstream attempt failed", {{"request_id", writer->request_id()},
-                                              {"replica", replica->name},
-                                              {"error", to_string(last.error)},
-                                              {"upstream_status", last.upstream_status}});
-        break;
+        record->outcome = "client_gone";
+        co_return std::nullopt;
+      }
+      FailedAttempt facts = result.failure;
+      facts.content_sent = writer->content_started();
+      facts.fresh_retry_used = fresh_retry_used;
+      facts.attempts_left = retries_used < routing.retries;
+      facts.deadline_passed = Clock::now() >= up->deadline;
+      const RetryDecision decision = retry_decision(facts);
+      note_failure(ctx, config, *replica, result, facts, decision, *writer, model);
+      if (decision.action == RetryAction::retry_fresh_connection) {
+        fresh_retry_used = true;
+        continue;
+      }
+      if (decision.action == RetryAction::fail) {
+        co_return failure_ending(result, facts, record->attempts, routing);
+      }
+      ++retries_used;
+      tried.push_back(replica->id);
+      ctx->metrics->retry(model);
+      break;  // the lease is released before the next acquire
     }
   }
-  // Every attempt failed before anything reached the client.
-  record->outcome = "upstream_failed";
-  std::vector<net::Header> extra;
-  unsigned status = 502;
-  std::string what;
-  if (last.error == UpstreamError::busy || last.error == UpstreamError::http_5xx) {
-    // Busy everywhere: 503 with Retry-After, as a phone says it. Broken: 502, the gateway's own.
-    const bool busy = last.upstream_status == 429 || last.upstream_status == 503;
-    status = busy ? 503 : 502;
-    if (busy) {
-      extra.emplace_back("Retry-After", last.retry_after.empty() ? "5" : last.retry_after);
+}
+
+// Serves a proxied request: relays a replica's answer, or answers the client itself, exactly once.
+asio::awaitable<void> proxy_flow(ProxyContext* ctx, const config::Config* config,
+                                 const net::Request* request, const openai::RequestInfo* info,
+                                 ClientWriter* writer, RequestRecord* record) {
+  UpstreamRequest up;
+  up.client = request;
+  up.info = info;
+  // routing.request_timeout counts from here: the request has been read and checked.
+  up.deadline = Clock::now() + config->routing.request_timeout;
+  // Streams whose client did not ask for usage: ask the replica anyway (token counts for logs
+  // and metrics) and strip it again on the way back.
+  std::string usage_body;
+  if (info->stream && !info->include_usage && config->metrics.request_stream_usage) {
+    if (auto body = openai::with_stream_usage(request->body())) {
+      usage_body = std::move(*body);
+      up.strip_usage = true;
     }
-    what = "answered HTTP " + std::to_string(last.upstream_status);
-  } else if (last.error == UpstreamError::timeout) {
-    status = 504;
-    what = "timed out";
-  } else {
-    what = "failed (" + std::string(to_string(last.error)) + ")";
   }
-  co_await writer->send_error(status,
-                              "the request failed on " + std::to_string(record->attempts) +
-                                  " replica attempt(s); the last replica " + what,
-                              "upstream_error", std::move(extra));
+  up.body = up.strip_usage ? &usage_body : &request->body();
+  std::optional<Ending> ending = co_await run_attempts(ctx, config, &up, writer, record);
+  if (ending) {
+    record->outcome = ending->outcome;
+    co_await writer->send_error(ending->status, std::move(ending->message), std::move(ending->code),
+                                std::move(ending->headers));
+  }
 }
 
 void log_request(ProxyContext* ctx, const ClientWriter& writer, const RequestRecord& record,

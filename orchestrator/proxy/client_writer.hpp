@@ -44,7 +44,9 @@ class ClientWriter {
   boost::asio::awaitable<bool> begin_stream(unsigned status, std::string content_type);
   boost::asio::awaitable<bool> send_chunk(std::string data);
   boost::asio::awaitable<bool> end_stream();
-  // ": keep-alive" comment; opens the stream with 200 first if needed. Not content.
+  // ": keep-alive" comment; opens the stream with 200 first if needed. Not content. Skipped
+  // when content started, the response finished, or another write is in progress, so a comment
+  // never follows the end of a stream.
   boost::asio::awaitable<bool> keepalive();
 
  private:

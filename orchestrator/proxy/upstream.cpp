@@ -1,8 +1,10 @@
 #include "orchestrator/proxy/upstream.hpp"
 
+#include <algorithm>
+#include <optional>
+
 #include <boost/asio/ssl/error.hpp>
 #include <boost/beast/http/error.hpp>
-#include <nlohmann/json.hpp>
 
 #include "common/log/log.hpp"
 #include "common/openai/sse.hpp"
@@ -15,10 +17,13 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Small reads keep memory per open stream low; whole answers grow the buffer as needed.
+// Small reads keep memory per open stream low; whole answers grow their body as needed.
 constexpr std::size_t kReadChunk = 4 * 1024;
-constexpr std::uint64_t kMaxWholeBody = 64ull * 1024 * 1024;
+constexpr std::size_t kHeaderLimit = 64 * 1024;
+// An error answer is a short JSON document; a longer one is a broken replica.
 constexpr std::uint64_t kMaxErrorBody = 1024 * 1024;
+// 100, 102 and 103 may each come before the final answer; a replica sending more is broken.
+constexpr int kMaxInterimAnswers = 16;
 // Idle pooled connections older than this are not reused (llama.cpp's server closes idle
 // keep-alive connections after 5 s; a tunnel may close them sooner or later).
 constexpr auto kMaxPooledIdle = std::chrono::seconds(4);
@@ -48,9 +53,19 @@ std::string upstream_head(const ProxyContext& ctx, const fleet::Replica& replica
   return head;
 }
 
-UpstreamError classify(const net::error_code& ec) {
+// A per-operation timeout clipped to what is left of the request's deadline.
+Clock::duration clipped(Clock::duration timeout, Clock::time_point deadline) {
+  return std::clamp(deadline - Clock::now(), Clock::duration::zero(), timeout);
+}
+
+// A timeout that fired once the request's deadline had passed is the request's own.
+UpstreamError timed_out(Clock::time_point deadline) {
+  return Clock::now() >= deadline ? UpstreamError::deadline : UpstreamError::timeout;
+}
+
+UpstreamError classify(const net::error_code& ec, Clock::time_point deadline) {
   if (ec == boost::beast::error::timeout) {
-    return UpstreamError::timeout;
+    return timed_out(deadline);
   }
   if (ec.category() == asio::error::get_ssl_category() ||
       ec == asio::ssl::error::stream_truncated) {
@@ -62,328 +77,347 @@ UpstreamError classify(const net::error_code& ec) {
   return UpstreamError::reset;
 }
 
-void scan_usage(const nlohmann::json& doc, ExchangeResult& result) {
-  if (!doc.is_object()) {
-    return;
+ExchangeResult& fail(ExchangeResult& result, Phase phase, UpstreamError error,
+                     std::string detail = {}) {
+  result.kind = ExchangeResult::Kind::failed;
+  result.failure.phase = phase;
+  result.failure.error = error;
+  result.detail = std::move(detail);
+  return result;
+}
+
+void reset_parser(std::optional<net::ResponseParser>* parser) {
+  parser->emplace();
+  (*parser)->header_limit(kHeaderLimit);
+  (*parser)->eager(true);
+  // Bodies are taken piece by piece and capped here, by kind of answer.
+  (*parser)->body_limit(boost::none);
+}
+
+// ---- pool checkout and return ----
+
+struct Checkout {
+  std::unique_ptr<net::Conn> conn;
+  bool pooled = false;
+  UpstreamError error = UpstreamError::none;
+};
+
+// A clean idle pooled connection (Registry::take_idle drops those with unread bytes or closed by
+// the replica), else a new one within upstream.connect_timeout.
+asio::awaitable<Checkout> checkout(ProxyContext* ctx, fleet::Replica* replica, bool allow_pooled,
+                                   Clock::duration connect_timeout, Clock::time_point deadline) {
+  Checkout out;
+  if (allow_pooled) {
+    out.conn = ctx->registry->take_idle(*replica, kMaxPooledIdle, Clock::now());
+    if (out.conn) {
+      out.pooled = true;
+      co_return out;
+    }
   }
-  auto it = doc.find("usage");
-  if (it == doc.end() || !it->is_object()) {
-    return;
+  auto connected =
+      co_await net::connect_to(replica->url, ctx->upstream_tls, clipped(connect_timeout, deadline));
+  if (!connected.conn) {
+    out.error = connected.failure == net::ConnectFailure::tls       ? UpstreamError::tls
+                : connected.failure == net::ConnectFailure::timeout ? timed_out(deadline)
+                                                                    : UpstreamError::connect;
+    log::debug("upstream connect failed",
+               {{"replica", replica->name}, {"error", connected.ec.message()}});
+    co_return out;
   }
-  if (auto p = it->find("prompt_tokens"); p != it->end() && p->is_number_unsigned()) {
-    result.prompt_tokens = p->get<std::uint64_t>();
-  }
-  if (auto c = it->find("completion_tokens"); c != it->end() && c->is_number_unsigned()) {
-    result.completion_tokens = c->get<std::uint64_t>();
+  out.conn = std::move(connected.conn);
+  co_return out;
+}
+
+// Keeps the connection for the next request when the answer ended cleanly and nothing of a
+// later answer was read with it.
+void give_back(ProxyContext* ctx, fleet::Replica* replica, std::unique_ptr<net::Conn> conn,
+               const net::ResponseParser& parser, const boost::beast::flat_buffer& buffer,
+               std::size_t max_idle) {
+  if (parser.is_done() && parser.keep_alive() && buffer.size() == 0) {
+    conn->expires_never();
+    ctx->registry->give_back(*replica, std::move(conn), max_idle, Clock::now());
   }
 }
 
-// Reads "usage" from an answer without parsing the whole answer (it may be long): finds the
-// member's object and parses just that. A "usage" key inside a string value is escaped (\"), so
-// the exact text "usage": can only be a member name.
-void scan_usage_text(std::string_view text, ExchangeResult& result) {
-  for (auto at = text.find("\"usage\""); at != std::string_view::npos;
-       at = text.find("\"usage\"", at + 1)) {
-    auto open = text.find_first_not_of(" \t\r\n", at + 7);
-    if (open == std::string_view::npos || text[open] != ':') {
-      continue;
-    }
-    open = text.find_first_not_of(" \t\r\n", open + 1);
-    if (open == std::string_view::npos || text[open] != '{') {
-      continue;
-    }
-    // The usage object holds numbers and nested objects only: its end is the matching brace.
-    int depth = 0;
-    for (auto i = open; i < text.size(); ++i) {
-      if (text[i] == '{') {
-        ++depth;
-      } else if (text[i] == '}' && --depth == 0) {
-        auto usage = nlohmann::json::parse(text.substr(open, i - open + 1), nullptr, false);
-        scan_usage(nlohmann::json{{"usage", std::move(usage)}}, result);
-        return;
-      }
-    }
-  }
-}
+// ---- reading the answer ----
 
-std::string error_message_from(std::string_view body, unsigned status) {
-  auto doc = nlohmann::json::parse(body, nullptr, false);
-  if (doc.is_object()) {
-    auto e = doc.find("error");
-    if (e != doc.end() && e->is_object()) {
-      auto m = e->find("message");
-      if (m != e->end() && m->is_string()) {
-        return m->get<std::string>();
-      }
-    }
-  }
-  return "replica answered HTTP " + std::to_string(status);
-}
-
-// Reads more of the answer into the parser; false (and *error set) when the replica failed.
-asio::awaitable<bool> read_more(net::Conn* conn, boost::beast::flat_buffer* buffer,
-                                net::ResponseParser* parser, Clock::duration timeout,
-                                UpstreamError* error) {
-  conn->expires_after(timeout);
-  auto [rec, got] = co_await conn->read_some(buffer->prepare(kReadChunk));
-  net::error_code pec;
-  if (rec == asio::error::eof || rec == asio::ssl::error::stream_truncated) {
-    // Only an answer delimited by the end of the connection may end here.
-    parser->put_eof(pec);
-    if (!pec) {
-      co_return true;
-    }
-    *error = UpstreamError::reset;
-    co_return false;
-  }
-  if (rec) {
-    *error = classify(rec);
-    co_return false;
-  }
-  buffer->commit(got);
+// Parses what is buffered into parser; protocol when it is not a valid answer.
+UpstreamError parse_buffered(boost::beast::flat_buffer* buffer, net::ResponseParser* parser) {
   while (buffer->size() > 0 && !parser->is_done()) {
+    net::error_code pec;
     auto used = parser->put(buffer->data(), pec);
     buffer->consume(used);
     if (pec == http::error::need_more) {
       break;
     }
     if (pec) {
-      *error = UpstreamError::protocol;
-      co_return false;
+      return UpstreamError::protocol;
     }
     if (used == 0) {
       break;
     }
   }
-  co_return true;
+  return UpstreamError::none;
 }
 
-}  // namespace
-
-std::string_view to_string(UpstreamError e) {
-  switch (e) {
-    case UpstreamError::none:
-      return "none";
-    case UpstreamError::connect:
-      return "connect";
-    case UpstreamError::tls:
-      return "tls";
-    case UpstreamError::timeout:
-      return "timeout";
-    case UpstreamError::http_5xx:
-      return "http_5xx";
-    case UpstreamError::busy:
-      return "busy";
-    case UpstreamError::reset:
-      return "reset";
-    case UpstreamError::protocol:
-      return "protocol";
+// Reads more of the answer into the parser within timeout (clipped to the deadline).
+asio::awaitable<UpstreamError> read_more(net::Conn* conn, boost::beast::flat_buffer* buffer,
+                                         net::ResponseParser* parser, Clock::duration timeout,
+                                         Clock::time_point deadline) {
+  conn->expires_after(clipped(timeout, deadline));
+  auto [rec, got] = co_await conn->read_some(buffer->prepare(kReadChunk));
+  if (rec == asio::error::eof || rec == asio::ssl::error::stream_truncated) {
+    // Only an answer delimited by the end of the connection may end here.
+    net::error_code pec;
+    parser->put_eof(pec);
+    co_return pec ? UpstreamError::reset : UpstreamError::none;
   }
-  return "unknown";
+  if (rec) {
+    co_return classify(rec, deadline);
+  }
+  buffer->commit(got);
+  co_return parse_buffered(buffer, parser);
 }
 
-asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, const config::Config* config,
-                                         fleet::Replica* replica, const net::Request* request,
-                                         const std::string* body, const openai::RequestInfo* info,
-                                         bool strip_usage, ClientWriter* writer) {
-  const auto& up = config->upstream;
-  ExchangeResult result;
-  std::string head =
-      upstream_head(*ctx, *replica, *request, body->size(), *info, writer->request_id());
-
-  net::ResponseParser parser;
-  boost::beast::flat_buffer buffer;
-  std::unique_ptr<net::Conn> conn;
-
-  // Send the request. A pooled connection the replica already closed fails at once with no
-  // answer; that is not the replica's fault, so it costs one fresh connection, not an attempt.
-  for (int round = 0; round < 2 && !conn; ++round) {
-    bool reused = false;
-    if (round == 0) {
-      conn = ctx->registry->take_idle(*replica, kMaxPooledIdle, Clock::now());
-      reused = conn != nullptr;
-    }
-    if (!conn) {
-      auto connected =
-          co_await net::connect_to(replica->url, ctx->upstream_tls, up.connect_timeout);
-      if (!connected.conn) {
-        result.kind = ExchangeResult::Kind::retryable;
-        result.error = connected.failure == net::ConnectFailure::tls       ? UpstreamError::tls
-                       : connected.failure == net::ConnectFailure::timeout ? UpstreamError::timeout
-                                                                           : UpstreamError::connect;
-        log::debug("upstream connect failed",
-                   {{"replica", replica->name}, {"error", connected.ec.message()}});
-        co_return result;
-      }
-      conn = std::move(connected.conn);
-    }
-    conn->expires_after(up.idle_timeout);
-    auto [wec, n] = co_await conn->write(asio::buffer(head), asio::buffer(*body));
-    if (wec) {
-      conn.reset();
-      if (reused) {
-        continue;
-      }
-      result.kind = ExchangeResult::Kind::retryable;
-      result.error = classify(wec);
-      co_return result;
-    }
-    // Wait for the answer's head: a long prompt is read before the phone answers anything.
-    parser.header_limit(64 * 1024);
-    parser.eager(true);
-    if (info->stream) {
-      parser.body_limit(boost::none);
-    } else {
-      parser.body_limit(kMaxWholeBody);
-    }
-    conn->expires_after(up.first_byte_timeout);
-    while (!parser.is_header_done()) {
-      auto [rec, got] = co_await conn->read_some(buffer.prepare(kReadChunk));
-      if (rec) {
-        bool nothing_yet = buffer.size() == 0 && !parser.got_some();
-        conn.reset();
-        if (reused && nothing_yet && rec != boost::beast::error::timeout) {
-          buffer.clear();
-          break;  // stale pooled connection: try once more on a new one
-        }
-        result.kind = ExchangeResult::Kind::retryable;
-        result.error = classify(rec);
-        co_return result;
-      }
-      buffer.commit(got);
+// Reads the head of the final answer within timeout, skipping interim answers (100 Continue,
+// 102 Processing, 103 Early Hints: a head and no body each). 101 is refused: the gateway never
+// asks for an upgrade.
+asio::awaitable<UpstreamError> read_head(net::Conn* conn, boost::beast::flat_buffer* buffer,
+                                         std::optional<net::ResponseParser>* parser,
+                                         Clock::duration timeout, Clock::time_point deadline,
+                                         bool* answer_started) {
+  conn->expires_after(clipped(timeout, deadline));
+  int interim = 0;
+  for (;;) {
+    if (buffer->size() > 0) {
+      *answer_started = true;
       net::error_code pec;
-      buffer.consume(parser.put(buffer.data(), pec));
+      buffer->consume((*parser)->put(buffer->data(), pec));
       if (pec && pec != http::error::need_more) {
-        result.kind = ExchangeResult::Kind::retryable;
-        result.error = UpstreamError::protocol;
-        co_return result;
+        co_return UpstreamError::protocol;
       }
     }
-  }
-  if (!conn) {
-    result.kind = ExchangeResult::Kind::retryable;
-    result.error = UpstreamError::reset;
-    co_return result;
-  }
-
-  result.upstream_status = parser.status();
-  const unsigned status = parser.status();
-  if (status >= 500 || status == 429) {
-    // Busy (429/503: all its slots taken, perhaps by another gateway) or broken: another replica
-    // may serve it. The connection is dropped rather than drained.
-    result.kind = ExchangeResult::Kind::retryable;
-    result.error = (status == 429 || status == 503) ? UpstreamError::busy : UpstreamError::http_5xx;
-    result.retry_after = parser.retry_after();
-    co_return result;
-  }
-
-  auto finish_conn = [&] {
-    if (parser.is_done() && parser.keep_alive() && buffer.size() == 0) {
-      conn->expires_never();
-      ctx->registry->give_back(*replica, std::move(conn), up.max_idle_per_replica, Clock::now());
-    }
-  };
-
-  if (!info->stream || status != 200) {
-    // Whole answer first, then one write: a failure before the end can still go elsewhere.
-    std::string body;
-    const std::uint64_t cap = status == 200 ? kMaxWholeBody : kMaxErrorBody;
-    for (;;) {
-      body += parser.take_body();
-      if (parser.is_done()) {
-        break;
+    if ((*parser)->is_header_done()) {
+      const unsigned status = (*parser)->status();
+      if (status >= 200) {
+        co_return UpstreamError::none;
       }
-      if (body.size() > cap) {
-        result.kind = ExchangeResult::Kind::retryable;
-        result.error = UpstreamError::protocol;
-        co_return result;
+      if (status == 101 || ++interim > kMaxInterimAnswers) {
+        co_return UpstreamError::protocol;
       }
-      if (!co_await read_more(conn.get(), &buffer, &parser,
-                              body.empty() ? up.first_byte_timeout : up.idle_timeout,
-                              &result.error)) {
-        result.kind = ExchangeResult::Kind::retryable;
-        co_return result;
-      }
+      reset_parser(parser);
+      continue;
     }
-    finish_conn();
-    if (status == 200) {
-      scan_usage_text(body, result);
+    auto [rec, got] = co_await conn->read_some(buffer->prepare(kReadChunk));
+    if (rec) {
+      co_return classify(rec, deadline);
     }
-    bool ok;
-    if (info->stream && writer->head_sent()) {
-      // Keep-alive comments already opened a 200 stream: the replica's refusal becomes an
-      // error event.
-      ok = co_await writer->send_error(status, error_message_from(body, status), "upstream_error");
-    } else {
-      std::string content_type = parser.content_type();
-      ok = co_await writer->send_full(status, std::move(content_type), std::move(body));
-    }
-    result.kind = ok ? ExchangeResult::Kind::done : ExchangeResult::Kind::client_gone;
-    co_return result;
+    buffer->commit(got);
   }
+}
 
-  // A 200 event stream: relay each piece as it arrives.
+// Reads the rest of a whole answer into *body: at most cap bytes.
+asio::awaitable<UpstreamError> read_whole_body(net::Conn* conn, boost::beast::flat_buffer* buffer,
+                                               net::ResponseParser* parser, std::uint64_t cap,
+                                               const config::UpstreamConfig* up,
+                                               Clock::time_point deadline, std::string* body) {
+  if (parser->declared_length() && *parser->declared_length() > cap) {
+    co_return UpstreamError::too_large;
+  }
+  for (;;) {
+    *body += parser->take_body();
+    if (body->size() > cap) {
+      co_return UpstreamError::too_large;
+    }
+    if (parser->is_done()) {
+      co_return UpstreamError::none;
+    }
+    auto error = co_await read_more(
+        conn, buffer, parser, body->empty() ? up->first_byte_timeout : up->idle_timeout, deadline);
+    if (error != UpstreamError::none) {
+      co_return error;
+    }
+  }
+}
+
+std::string event_cap_detail(std::uint64_t cap) {
+  return "sent a server-sent event longer than upstream.max_event_bytes (" + std::to_string(cap) +
+         " bytes)";
+}
+
+// ---- relaying ----
+
+// Relays a whole answer (any status, or a non-stream 200) read in full first.
+asio::awaitable<ExchangeResult> relay_whole(ProxyContext* ctx, const config::Config* config,
+                                            fleet::Replica* replica, const UpstreamRequest* request,
+                                            std::unique_ptr<net::Conn> conn,
+                                            boost::beast::flat_buffer* buffer,
+                                            net::ResponseParser* parser, ClientWriter* writer,
+                                            ExchangeResult result) {
+  const auto& up = config->upstream;
+  const unsigned status = parser->status();
+  const std::uint64_t cap =
+      status == 200 ? up.max_response_bytes : std::min(kMaxErrorBody, up.max_response_bytes);
+  std::string body;
+  auto error =
+      co_await read_whole_body(conn.get(), buffer, parser, cap, &up, request->deadline, &body);
+  if (error == UpstreamError::too_large && status != 200) {
+    error = UpstreamError::protocol;  // a huge error answer is a broken replica
+  }
+  if (error != UpstreamError::none) {
+    std::string detail;
+    if (error == UpstreamError::too_large) {
+      detail = "answered more than upstream.max_response_bytes (" + std::to_string(cap) + " bytes)";
+    }
+    co_return fail(result, Phase::body, error, std::move(detail));
+  }
+  give_back(ctx, replica, std::move(conn), *parser, *buffer, up.max_idle_per_replica);
+
+  std::optional<openai::ErrorInfo> replica_error;
+  if (status != 200) {
+    replica_error = openai::read_error(body);
+  }
+  if (status == 404 && replica_error && replica_error->code == "model_not_found") {
+    // Serving another model than the fleet says: the replica's fault, not the client's.
+    co_return fail(result, Phase::body, UpstreamError::model_not_found,
+                   "does not serve the model '" + request->info->model + "'");
+  }
+  if (status == 200) {
+    openai::read_stats_from_body(request->api, body, result.stats);
+  }
+  bool ok;
+  if (request->info->stream && writer->head_sent()) {
+    // Keep-alive comments already opened a 200 stream: the refusal becomes an error event.
+    std::string message = replica_error && !replica_error->message.empty()
+                              ? std::move(replica_error->message)
+                              : "replica answered HTTP " + std::to_string(status);
+    ok = co_await writer->send_error(status, std::move(message), "upstream_error");
+  } else {
+    std::string content_type = parser->content_type();
+    ok = co_await writer->send_full(status, std::move(content_type), std::move(body));
+  }
+  result.kind = ok ? ExchangeResult::Kind::done : ExchangeResult::Kind::client_gone;
+  co_return result;
+}
+
+// Relays a 200 event stream event by event, each at most upstream.max_event_bytes.
+asio::awaitable<ExchangeResult> relay_stream(ProxyContext* ctx, const config::Config* config,
+                                             fleet::Replica* replica,
+                                             const UpstreamRequest* request,
+                                             std::unique_ptr<net::Conn> conn,
+                                             boost::beast::flat_buffer* buffer,
+                                             net::ResponseParser* parser, ClientWriter* writer,
+                                             ExchangeResult result) {
+  const auto& up = config->upstream;
   if (!writer->head_sent()) {
     std::string content_type =
-        parser.content_type().empty() ? "text/event-stream" : parser.content_type();
+        parser->content_type().empty() ? "text/event-stream" : parser->content_type();
     if (!co_await writer->begin_stream(200, std::move(content_type))) {
       result.kind = ExchangeResult::Kind::client_gone;
       co_return result;
     }
   }
-  bool relayed = false;
-  openai::SseParser sse(
-      [&](const openai::SseEvent& event) { scan_usage_text(event.data, result); });
-  openai::UsageStripper stripper([&](std::string_view data) { scan_usage_text(data, result); });
+  openai::AnswerStats* stats = &result.stats;
+  const openai::Api api = request->api;
+  openai::SseRelay relay(up.max_event_bytes, request->strip_usage,
+                         [stats, api](const openai::SseEvent& event) {
+                           openai::read_stats_from_event(api, event, *stats);
+                         });
+  bool received = false;
+  std::string out;
   for (;;) {
-    std::string piece = parser.take_body();
+    std::string piece = parser->take_body();
     if (!piece.empty()) {
-      relayed = true;
-      if (strip_usage) {
-        piece = stripper.feed(piece);
-      } else {
-        sse.feed(piece);
-      }
-      if (!co_await writer->send_chunk(std::move(piece))) {
+      received = true;
+      out.clear();
+      const bool within_cap = relay.feed(piece, out);
+      // Whole events before an oversized one still go out, so the stream stays well formed.
+      // (send_chunk of nothing costs nothing; no co_await inside && for GCC 12.)
+      if (!co_await writer->send_chunk(std::move(out))) {
         result.kind = ExchangeResult::Kind::client_gone;
         co_return result;
       }
+      if (!within_cap) {
+        co_return fail(result, Phase::stream, UpstreamError::protocol,
+                       event_cap_detail(up.max_event_bytes));
+      }
     }
-    if (parser.is_done()) {
+    if (parser->is_done()) {
       break;
     }
-    if (!co_await read_more(conn.get(), &buffer, &parser,
-                            relayed ? up.idle_timeout : up.first_byte_timeout, &result.error)) {
-      if (!relayed && parser.pending_body() == 0) {
-        result.kind = ExchangeResult::Kind::retryable;
-        co_return result;
-      }
-      std::string piece_left = parser.take_body();
-      if (strip_usage) {
-        piece_left = stripper.feed(piece_left) + stripper.finish();
-      }
-      if (!piece_left.empty()) {
-        co_await writer->send_chunk(std::move(piece_left));
-      }
-      co_await writer->send_error(502,
-                                  "the replica failed in the middle of the stream (" +
-                                      std::string(to_string(result.error)) + ")",
-                                  "upstream_error");
-      result.kind = ExchangeResult::Kind::failed_after_content;
-      co_return result;
+    auto error =
+        co_await read_more(conn.get(), buffer, parser,
+                           received ? up.idle_timeout : up.first_byte_timeout, request->deadline);
+    if (error != UpstreamError::none) {
+      // The events completed before the failure still go out; an incomplete one is dropped.
+      out.clear();
+      relay.feed(parser->take_body(), out);
+      co_await writer->send_chunk(std::move(out));
+      co_return fail(result, Phase::stream, error);
     }
   }
-  if (strip_usage) {
-    std::string rest = stripper.finish();
-    if (!rest.empty() && !co_await writer->send_chunk(std::move(rest))) {
-      result.kind = ExchangeResult::Kind::client_gone;
-      co_return result;
-    }
+  if (!co_await writer->send_chunk(relay.finish())) {
+    result.kind = ExchangeResult::Kind::client_gone;
+    co_return result;
   }
-  finish_conn();
-  bool ended = co_await writer->end_stream();
+  give_back(ctx, replica, std::move(conn), *parser, *buffer, up.max_idle_per_replica);
+  const bool ended = co_await writer->end_stream();
   result.kind = ended ? ExchangeResult::Kind::done : ExchangeResult::Kind::client_gone;
   co_return result;
+}
+
+}  // namespace
+
+asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, const config::Config* config,
+                                         fleet::Replica* replica, const UpstreamRequest* request,
+                                         bool allow_pooled, ClientWriter* writer) {
+  const auto& up = config->upstream;
+  const auto deadline = request->deadline;
+  ExchangeResult result;
+  FailedAttempt& facts = result.failure;
+
+  auto checked = co_await checkout(ctx, replica, allow_pooled, up.connect_timeout, deadline);
+  if (!checked.conn) {
+    co_return fail(result, Phase::connect, checked.error);
+  }
+  std::unique_ptr<net::Conn> conn = std::move(checked.conn);
+  facts.pooled = checked.pooled;
+
+  const std::string head = upstream_head(*ctx, *replica, *request->client, request->body->size(),
+                                         *request->info, writer->request_id());
+  conn->expires_after(clipped(up.idle_timeout, deadline));
+  auto [wec, written] = co_await conn->write(asio::buffer(head), asio::buffer(*request->body));
+  if (wec) {
+    co_return fail(result, Phase::send, classify(wec, deadline));
+  }
+  facts.request_written = true;
+  const auto written_at = Clock::now();
+
+  // A long prompt is read before the phone answers anything: first_byte_timeout.
+  boost::beast::flat_buffer buffer;
+  std::optional<net::ResponseParser> parser;
+  reset_parser(&parser);
+  auto error = co_await read_head(conn.get(), &buffer, &parser, up.first_byte_timeout, deadline,
+                                  &facts.answer_started);
+  if (error != UpstreamError::none) {
+    facts.since_written = Clock::now() - written_at;
+    co_return fail(result, Phase::head, error);
+  }
+  const unsigned status = parser->status();
+  result.upstream_status = status;
+  if (status >= 500 || status == 429) {
+    // Busy (429/503: all its slots taken, perhaps by another gateway) or broken: another replica
+    // may serve it. The connection is dropped rather than drained.
+    result.retry_after = parser->retry_after();
+    co_return fail(result, Phase::head,
+                   status == 429 || status == 503 ? UpstreamError::busy : UpstreamError::http_5xx);
+  }
+  if (request->info->stream && status == 200) {
+    co_return co_await relay_stream(ctx, config, replica, request, std::move(conn), &buffer,
+                                    &*parser, writer, std::move(result));
+  }
+  co_return co_await relay_whole(ctx, config, replica, request, std::move(conn), &buffer, &*parser,
+                                 writer, std::move(result));
 }
 
 }  // namespace fg::proxy

@@ -1,49 +1,55 @@
 #pragma once
 
 #include <chrono>
-#include <cstdint>
-#include <optional>
 #include <string>
 
 #include <boost/asio/awaitable.hpp>
 
 #include "common/net/http_io.hpp"
+#include "common/openai/answer.hpp"
 #include "common/openai/inspect.hpp"
 #include "orchestrator/fleet/registry.hpp"
 #include "orchestrator/proxy/client_writer.hpp"
 #include "orchestrator/proxy/context.hpp"
+#include "orchestrator/proxy/retry_rule.hpp"
 
 namespace fg::proxy {
 
-// Why an exchange with a replica failed (metric label values).
-enum class UpstreamError { none, connect, tls, timeout, http_5xx, busy, reset, protocol };
-std::string_view to_string(UpstreamError e);
+// What every attempt of one request sends, and how the answer is relayed.
+struct UpstreamRequest {
+  const net::Request* client = nullptr;  // the client's request (its target is forwarded)
+  const std::string* body = nullptr;     // what goes to the replica
+  const openai::RequestInfo* info = nullptr;
+  openai::Api api = openai::Api::openai;  // how the answer reports its usage
+  // The gateway asked for stream usage the client did not: strip it from the relayed stream.
+  bool strip_usage = false;
+  std::chrono::steady_clock::time_point deadline;  // routing.request_timeout
+};
 
 struct ExchangeResult {
   enum class Kind {
-    done,                  // the response went to the client (any status)
-    retryable,             // failed before any content reached the client: another replica may
-    failed_after_content,  // failed mid-stream; the stream was ended with an error event
-    client_gone,           // the client stopped reading
+    done,         // the replica's answer went to the client (whatever its status)
+    failed,       // nothing more will come: retry_decision says what next, the caller answers
+    client_gone,  // the client stopped reading
   };
   Kind kind = Kind::done;
-  UpstreamError error = UpstreamError::none;
+  // The exchange's part of the facts the retry rule needs (phase, error, pooled, written, ...).
+  FailedAttempt failure;
   unsigned upstream_status = 0;
-  std::string retry_after;  // from a 429/503 replica answer
-  std::optional<std::uint64_t> prompt_tokens;
-  std::optional<std::uint64_t> completion_tokens;
+  std::string retry_after;  // from a 429/503 answer
+  std::string detail;       // what went wrong, in words for the client's error message
+  openai::AnswerStats stats;
 };
 
-// One attempt: sends the request to the replica (pooled connection or a new one) and relays the
-// answer through writer: streamed chunk by chunk for "stream": true, whole otherwise (a
-// non-streamed answer is a short JSON document; holding it lets a failure mid-body be retried).
-// body is what goes to the replica (the client's, or with stream usage requested); with
-// strip_usage the usage the client did not ask for is removed from the relayed stream.
+// One attempt on one replica: takes a clean pooled connection (when allow_pooled) or opens one,
+// sends the request, reads the final answer's head (interim 1xx answers are skipped), and relays
+// the answer through writer: a 200 event stream event by event (each event at most
+// upstream.max_event_bytes), anything else whole (at most upstream.max_response_bytes; holding
+// it lets a failure in the middle still go to another replica). Every wait is clipped to
+// request->deadline. A failure is reported, never answered: the caller decides and answers.
 boost::asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, const config::Config* config,
                                                 fleet::Replica* replica,
-                                                const net::Request* request,
-                                                const std::string* body,
-                                                const openai::RequestInfo* info, bool strip_usage,
+                                                const UpstreamRequest* request, bool allow_pooled,
                                                 ClientWriter* writer);
 
 }  // namespace fg::proxy

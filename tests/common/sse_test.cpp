@@ -328,40 +328,168 @@ constexpr std::string_view kExpected =
     "\n\n"
     "data: [DONE]\n\n";
 
-TEST(SseUsageStripper, DropsTheUsageChunkAndNullMembers) {
-  std::vector<std::string> usage;
-  UsageStripper stripper([&](std::string_view d) { usage.emplace_back(d); });
-  std::string out = stripper.feed(kStream) + stripper.finish();
-  EXPECT_EQ(out, kExpected);
-  ASSERT_EQ(usage.size(), 1u);
-  EXPECT_NE(usage[0].find("\"completion_tokens\":2"), std::string::npos);
+constexpr std::size_t kCap = 1024 * 1024;
+
+// Relays the stream fed in the given pieces; returns what was forwarded (finish() included).
+std::string relay_all(SseRelay& relay, const std::vector<std::string_view>& pieces) {
+  std::string out;
+  for (auto piece : pieces) {
+    EXPECT_TRUE(relay.feed(piece, out));
+  }
+  return out + relay.finish();
 }
 
-TEST(SseUsageStripper, SameResultWhateverTheSplit) {
-  for (std::size_t cut = 0; cut <= kStream.size(); ++cut) {
-    int seen = 0;
-    UsageStripper stripper([&](std::string_view) { ++seen; });
-    std::string out = stripper.feed(kStream.substr(0, cut));
-    out += stripper.feed(kStream.substr(cut));
-    out += stripper.finish();
-    ASSERT_EQ(out, kExpected) << "split at " << cut;
-    ASSERT_EQ(seen, 1);
+int usage_events(const SseEvent& e) {
+  return e.data.find("\"usage\":{") != std::string::npos ? 1 : 0;
+}
+
+TEST(SseRelay, StripDropsTheUsageChunkAndNullMembers) {
+  int usage = 0;
+  SseRelay relay(kCap, true, [&](const SseEvent& e) { usage += usage_events(e); });
+  EXPECT_EQ(relay_all(relay, {kStream}), kExpected);
+  EXPECT_EQ(usage, 1);
+}
+
+TEST(SseRelay, WithoutStripEveryByteIsForwarded) {
+  int usage = 0;
+  SseRelay relay(kCap, false, [&](const SseEvent& e) { usage += usage_events(e); });
+  EXPECT_EQ(relay_all(relay, {kStream}), kStream);
+  EXPECT_EQ(usage, 1);
+}
+
+TEST(SseRelay, SameResultWhateverTheSplit) {
+  for (bool strip : {true, false}) {
+    for (std::size_t cut = 0; cut <= kStream.size(); ++cut) {
+      int usage = 0;
+      SseRelay relay(kCap, strip, [&](const SseEvent& e) { usage += usage_events(e); });
+      ASSERT_EQ(relay_all(relay, {kStream.substr(0, cut), kStream.substr(cut)}),
+                strip ? kExpected : kStream)
+          << "split at " << cut;
+      ASSERT_EQ(usage, 1);
+    }
   }
 }
 
-TEST(SseUsageStripper, HoldsOnlyAnIncompleteEvent) {
-  UsageStripper stripper([](std::string_view) {});
-  EXPECT_EQ(stripper.feed("data: {\"a\":1}\n\ndata: {\"b\""), "data: {\"a\":1}\n\n");
-  EXPECT_EQ(stripper.feed(":2}\r\n\r\n"), "data: {\"b\":2}\r\n\r\n");
-  EXPECT_EQ(stripper.feed("data: tail"), "");
-  EXPECT_EQ(stripper.finish(), "data: tail");
+TEST(SseRelay, ByteByByte) {
+  SseRelay relay(kCap, true, nullptr);
+  std::string out;
+  for (char c : kStream) {
+    ASSERT_TRUE(relay.feed(std::string_view(&c, 1), out));
+  }
+  EXPECT_EQ(out + relay.finish(), kExpected);
 }
 
-TEST(SseUsageStripper, ContentMentioningUsageIsUntouched) {
-  UsageStripper stripper([](std::string_view) { FAIL() << "no usage here"; });
+TEST(SseRelay, HoldsOnlyAnIncompleteEvent) {
+  SseRelay relay(kCap, true, nullptr);
+  std::string out;
+  ASSERT_TRUE(relay.feed("data: {\"a\":1}\n\ndata: {\"b\"", out));
+  EXPECT_EQ(out, "data: {\"a\":1}\n\n");
+  EXPECT_EQ(relay.held(), 10u);
+  out.clear();
+  ASSERT_TRUE(relay.feed(":2}\r\n\r\n", out));
+  EXPECT_EQ(out, "data: {\"b\":2}\r\n\r\n");
+  EXPECT_EQ(relay.held(), 0u);
+  out.clear();
+  ASSERT_TRUE(relay.feed("data: tail", out));
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(relay.finish(), "data: tail");
+}
+
+TEST(SseRelay, EveryLineEndingEndsEvents) {
+  SseRelay relay(kCap, false, nullptr);
+  std::string out;
+  ASSERT_TRUE(relay.feed("data: a\r\rdata: b\n\ndata: c\r\n\r\n", out));
+  EXPECT_EQ(out, "data: a\r\rdata: b\n\ndata: c\r\n\r\n");
+  EXPECT_EQ(relay.held(), 0u);
+}
+
+TEST(SseRelay, CrlfSplitAcrossFeedsIsOneLineBreak) {
+  std::vector<std::string> data;
+  SseRelay relay(kCap, false, [&](const SseEvent& e) { data.push_back(e.data); });
+  std::string out;
+  // "\r" then "\n": one line break, so the event is not over until the second CRLF.
+  ASSERT_TRUE(relay.feed("data: a\r", out));
+  ASSERT_TRUE(relay.feed("\ndata: b\r\n", out));
+  EXPECT_EQ(out, "");
+  ASSERT_TRUE(relay.feed("\r\n", out));
+  EXPECT_EQ(out, "data: a\r\ndata: b\r\n\r\n");
+  EXPECT_EQ(data, (Strings{"a\nb"}));
+}
+
+TEST(SseRelay, ContentMentioningUsageIsUntouched) {
+  SseRelay relay(kCap, true, nullptr);
   std::string_view event =
       "data: {\"choices\":[{\"delta\":{\"content\":\"the \\\"usage\\\":null field\"}}]}\n\n";
-  EXPECT_EQ(stripper.feed(event), event);
+  EXPECT_EQ(relay_all(relay, {event}), event);
+}
+
+TEST(SseRelay, ManyNullUsageMembersRemovedInOnePass) {
+  std::string event = "data: {\"a\":1";
+  std::string expected = event;
+  for (int i = 0; i < 2000; ++i) {
+    event += ",\"usage\":null";
+  }
+  event += "}\n\n";
+  expected += "}\n\n";
+  SseRelay relay(kCap, true, nullptr);
+  EXPECT_EQ(relay_all(relay, {event}), expected);
+}
+
+TEST(SseRelay, AnEndlessLineOverflowsAtTheCapAndForwardsNothingOfIt) {
+  constexpr std::size_t cap = 64 * 1024;
+  SseRelay relay(cap, false, nullptr);
+  std::string out;
+  ASSERT_TRUE(relay.feed("data: {\"ok\":1}\n\ndata: ", out));
+  EXPECT_EQ(out, "data: {\"ok\":1}\n\n");
+  out.clear();
+  // Byte by byte: each byte is examined once, so this is linear however it is split.
+  std::uint64_t fed = 22;
+  bool ok = true;
+  while (ok && fed < 4 * cap) {
+    ok = relay.feed("x", out);
+    ++fed;
+  }
+  EXPECT_FALSE(ok);
+  EXPECT_TRUE(relay.overflowed());
+  EXPECT_EQ(fed, 22u + cap - 6 + 1) << "stops at the first byte beyond the cap";
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(relay.held(), 0u) << "the held bytes are released";
+  EXPECT_EQ(relay.bytes_scanned(), fed) << "no byte examined twice";
+  EXPECT_FALSE(relay.feed("\n\n", out));
+  EXPECT_EQ(out, "");
+}
+
+TEST(SseRelay, ALongEventIsScannedOnceHoweverItIsSplit) {
+  // One event of 512 KiB of short lines, fed in 7-byte pieces: the quadratic rescan this
+  // replaces examined ~10^10 bytes here.
+  std::string event;
+  while (event.size() < 512 * 1024) {
+    event += "data: 0123456789abcdef\n";
+  }
+  event += "\n";
+  SseRelay relay(kCap, true, nullptr);
+  std::string out;
+  for (std::size_t at = 0; at < event.size(); at += 7) {
+    ASSERT_TRUE(relay.feed(std::string_view(event).substr(at, 7), out));
+  }
+  EXPECT_EQ(out, event);
+  EXPECT_EQ(relay.bytes_scanned(), event.size());
+}
+
+TEST(SseRelay, AWholeEventAboveTheCapInOnePieceOverflows) {
+  SseRelay relay(16, false, nullptr);
+  std::string out;
+  EXPECT_TRUE(relay.feed("data: short\n\n", out));
+  EXPECT_FALSE(relay.feed("data: this one is too long\n\n", out));
+  EXPECT_EQ(out, "data: short\n\n");
+}
+
+TEST(SseRelay, ExactlyTheCapIsAllowed) {
+  const std::string event = "data: 12345678\n\n";  // 16 bytes
+  SseRelay relay(event.size(), false, nullptr);
+  std::string out;
+  EXPECT_TRUE(relay.feed(event, out));
+  EXPECT_EQ(out, event);
 }
 
 }  // namespace

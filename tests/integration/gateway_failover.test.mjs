@@ -73,7 +73,6 @@ describe('failover before any content reached the client', () => {
     for (let i = 0; i < count; ++i) {
       const tag = `${tagPrefix}-${i}`;
       const stream = streams && i % 2 === 1;
-      const started = Date.now();
       let status;
       let text;
       let requestId;
@@ -88,7 +87,6 @@ describe('failover before any content reached the client', () => {
       const served = good.requestsWith(`"${tag}"`);
       assert.equal(served.length, 1, `request ${tag} was served by ${good.name}`);
       assert.equal(text, served[0].sentPlain, 'the client gets the good replica bytes, nothing of the failed attempt');
-      assert.ok(Date.now() - started < 5000);
       logs.push(await gw.requestLog(requestId));
     }
     return logs;
@@ -188,11 +186,12 @@ describe('when every replica fails', () => {
   });
 
   test('all hanging: 504 after the first-byte timeouts', async () => {
-    const started = Date.now();
     const res = await postJson(gw.publicUrl, '/v1/chat/completions', chat('hang'));
     assert.equal(res.status, 504, res.text);
     openAiError(res);
-    assert.ok(Date.now() - started < 5000);
+    const log = await gw.requestLog(res.requestId);
+    assert.equal(log.attempts, 3, 'one attempt and routing.retries retries, each ended by its first-byte timeout');
+    assert.ok(fakes.hangA.requests.length >= 1 && fakes.hangB.requests.length >= 1, 'both replicas tried');
   });
 
   test('streaming, all failing: an OpenAI error (status or error event), never a hang', async () => {
@@ -254,50 +253,54 @@ describe('after content reached the client', () => {
   });
 
   test('a stream silent for longer than idle_timeout ends with an error event and the upstream is closed', async () => {
-    const started = Date.now();
-    const { status, text } = await streamText(gw, chat('stall', { stream: true }));
+    const { status, text } = await streamText(gw, chat('stall', { tag: 'stalled', stream: true }));
     assert.equal(status, 200);
-    assert.ok(Date.now() - started < 2500, 'ended by idle_timeout, not by the replica');
+    const record = fakes.stall.requestsWith('stalled')[0];
+    assert.ok(!record.finished && record.chunksSent < 3, 'ended by idle_timeout, not by the replica');
     assert.equal(errorEvents(text).length, 1, text);
     assert.ok(text.endsWith('data: [DONE]\n\n'));
-    await fakes.stall.waitFor((f) => f.requests.at(-1).closedEarly, { what: 'the stalled upstream connection to close' });
+    await fakes.stall.waitFor(() => record.closedEarly, { what: 'the stalled upstream connection to close' });
   });
 
   test('a client leaving while its non-streaming request is at the replica closes the upstream connection', async () => {
     const controller = new AbortController();
-    const leaving = postJson(gw.publicUrl, '/v1/chat/completions', chat('long', { tag: 'prefill-leaver', fake: { type: 'hang' } }), { signal: controller.signal });
+    const leaving = postJson(gw.publicUrl, '/v1/chat/completions', chat('long', { tag: 'prefill-leaver', fake: { type: 'hang' } }), {
+      signal: controller.signal,
+      headers: { 'X-Request-Id': 'prefill-leaver-1' },
+    });
     leaving.catch(() => {});
     await fakes.long.waitFor((f) => f.requestsWith('prefill-leaver').length === 1, { what: 'the request at the replica' });
-    const leftAt = Date.now();
     controller.abort();
     const record = fakes.long.requestsWith('prefill-leaver')[0];
-    await fakes.long.waitFor(() => record.closedEarly, { timeoutMs: 3000, what: 'the replica connection to close' });
-    assert.ok(record.closedAt - leftAt < 1000, `upstream closed ${record.closedAt - leftAt} ms after the client left`);
+    await fakes.long.waitFor(() => record.closedEarly, { what: 'the replica connection to close' });
+    // Closed because the client left, not by first_byte_timeout.
+    assert.equal((await gw.requestLog('prefill-leaver-1')).outcome, 'client_gone');
     const next = await postJson(gw.publicUrl, '/v1/chat/completions', chat('long', { tag: 'after-prefill-leaver', fake: { type: 'json' } }), { timeoutMs: 5000 });
     assert.equal(next.status, 200, 'the slot was freed');
   });
 
-  test('a client leaving mid-stream closes the upstream connection within 1 s, and the slot is freed', async () => {
-    let destroyedAt = null;
+  test('a client leaving mid-stream closes the upstream connection, and the slot is freed', async () => {
+    let left = false;
     const stream = await openStream(`${gw.publicUrl}/v1/chat/completions`, {
       body: chat('long', { tag: 'leaver', stream: true }),
+      headers: { 'X-Request-Id': 'leaver-1' },
       onData: (text, s) => {
-        if (destroyedAt === null && text.includes('data:')) {
-          destroyedAt = Date.now();
+        if (!left && text.includes('data:')) {
+          left = true;
           s.destroy();
         }
       },
     });
     assert.equal(stream.status, 200);
     const record = fakes.long.requestsWith('leaver')[0];
-    await fakes.long.waitFor(() => record.closedEarly, { timeoutMs: 3000, what: 'the replica connection to close' });
-    assert.ok(destroyedAt !== null);
-    assert.ok(record.closedAt - destroyedAt < 1000, `upstream closed ${record.closedAt - destroyedAt} ms after the client left`);
+    await fakes.long.waitFor(() => record.closedEarly, { what: 'the replica connection to close' });
+    assert.ok(left);
     assert.ok(record.chunksSent < 100, 'the replica stopped generating long before the end');
     // The only slot is free again.
     const next = await postJson(gw.publicUrl, '/v1/chat/completions', chat('long', { tag: 'next', fake: { type: 'json' } }), { timeoutMs: 5000 });
     assert.equal(next.status, 200);
-    const log = await gw.waitForLog((l) => l.msg === 'request' && l.outcome === 'client_gone', { what: 'the client_gone line' });
+    const log = await gw.requestLog('leaver-1');
+    assert.equal(log.outcome, 'client_gone');
     assert.equal(log.model, 'long');
   });
 });
@@ -362,14 +365,13 @@ describe('keep-alive comments', () => {
       body: chat('one', { tag: 'holder2', stream: true, fake: { type: 'stream', chunks: 40, intervalMs: 100 } }),
     });
     await fakes.one.waitFor((f) => f.requestsWith('holder2').length === 1, { what: 'the holder' });
-    const started = Date.now();
-    const { status, text } = await streamText(gw, chat('one', { tag: 'late-waiter', stream: true }));
-    const waited = Date.now() - started;
+    const { status, text, requestId } = await streamText(gw, chat('one', { tag: 'late-waiter', stream: true }));
     assert.equal(status, 200, 'the head went out with the first comment');
-    assert.ok(waited >= 1800 && waited < 6000, `ended after ${waited} ms for a 2 s queue_timeout: ${text}`);
     assert.match(text, /^: ?keep-alive/m);
     const errors = errorEvents(text);
     assert.equal(errors.length, 1, text);
+    assert.equal(errors[0].error.code, 'queue_timeout', 'ended by routing.queue_timeout');
+    assert.equal((await gw.requestLog(requestId)).outcome, 'queue_timeout');
     assert.ok(text.endsWith('data: [DONE]\n\n'));
     assert.equal(fakes.one.requestsWith('late-waiter').length, 0);
     holder.destroy();

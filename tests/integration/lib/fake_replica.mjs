@@ -15,6 +15,19 @@
 //   {type: 'break', afterChunks}   stream `afterChunks` events, then destroy the socket
 //   {type: 'partial'} non-streaming: send the head and half the body, then destroy the socket
 //
+// Hostile behaviours (a broken or malicious phone):
+//
+//   {type: 'interim', interim: [100, 102, 103]}   interim (1xx) answers first, then like 'auto'
+//   {type: 'trailing', trailing?}   a JSON answer, then more bytes on the same keep-alive
+//                     connection (default: a whole second response no request asked for);
+//                     record.trailingSent turns true (and 'trailing' is emitted) once written
+//   {type: 'endlessLine', maxBytes?}   a 200 event stream of 'data: ' and then bytes with no line
+//                     end, as fast as the gateway reads, until the connection closes (or
+//                     maxBytes, default 64 MiB, went out: then the answer ends)
+//   {type: 'reset', afterMs?, onlyReused?}   read the request, wait afterMs (default 0), destroy
+//                     the connection without answering; with onlyReused, only when the request
+//                     came on a connection that already carried one (a fresh one: like 'auto')
+//
 // Common fields: delayMs (before the response head), chunked (JSON answers: chunked encoding in
 // three pieces `intervalMs` apart instead of Content-Length), firstChunkDelayMs (head sent at once, first
 // stream event after this delay), chunks, intervalMs, usage (false: never report usage; streams
@@ -22,7 +35,9 @@
 //
 // Each request record has: seq, method, path, headers, rawBody, json, receivedAt, sent (the bytes
 // the fake wrote), sentPlain (for streams: the bytes it would have written had the request not
-// asked for usage; otherwise the same as sent), chunksSent, finished, closedEarly, closedAt.
+// asked for usage; otherwise the same as sent), chunksSent, finished, closedEarly, closedAt,
+// onConnection (1 for the first request on its connection, 2 for the next, ...);
+// connectionClosed(record) says whether the connection that carried it has closed since.
 //
 // "In flight" starts when a request's body is complete and ends just before the last byte of the
 // answer is written (or when the connection is closed early). It ends *before* the final write so
@@ -74,12 +89,15 @@ export class FakeReplica extends EventEmitter {
     this.maxInFlight = 0;
     this.tlsErrors = [];
     this.connections = 0;
+    this.closedSockets = new WeakSet();
+    this.recordSockets = new WeakMap();
     this.server = null;
     this.port = 0;
     this.holds = [];
     this.sequence = 0;
     this.probes = [];
     this.healthStatus = 200;
+    this.socketRequests = new WeakMap();
   }
 
   // Status the health probes get (200 = healthy).
@@ -104,6 +122,11 @@ export class FakeReplica extends EventEmitter {
       ++released;
     }
     return released;
+  }
+
+  // Whether the connection that carried this request has closed (either side).
+  connectionClosed(record) {
+    return this.closedSockets.has(this.recordSockets.get(record));
   }
 
   // Requests whose body contains a given marker (the tests tag their requests).
@@ -140,10 +163,12 @@ export class FakeReplica extends EventEmitter {
         this.off('request', check);
         this.off('close', check);
         this.off('finish', check);
+        this.off('connectionClosed', check);
       };
       this.on('request', check);
       this.on('close', check);
       this.on('finish', check);
+      this.on('connectionClosed', check);
       check();
     });
   }
@@ -157,8 +182,12 @@ export class FakeReplica extends EventEmitter {
     this.server.requestTimeout = 0;
     this.server.headersTimeout = 0;
     this.server.keepAliveTimeout = this.keepAliveTimeoutMs;
-    this.server.on('connection', () => {
+    this.server.on('connection', (socket) => {
       ++this.connections;
+      socket.on('close', () => {
+        this.closedSockets.add(socket);
+        this.emit('connectionClosed');
+      });
     });
     this.server.on('tlsClientError', (err) => {
       this.tlsErrors.push(err);
@@ -222,8 +251,11 @@ export class FakeReplica extends EventEmitter {
       } catch {
         json = null;
       }
+      const onConnection = (this.socketRequests.get(req.socket) ?? 0) + 1;
+      this.socketRequests.set(req.socket, onConnection);
       const record = {
         seq: ++this.sequence,
+        onConnection,
         replica: this.name,
         method: req.method,
         path: req.url,
@@ -239,6 +271,7 @@ export class FakeReplica extends EventEmitter {
         closedEarly: false,
         closedAt: null,
       };
+      this.recordSockets.set(record, req.socket);
       this.requests.push(record);
       ++this.inFlight;
       this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);
@@ -316,9 +349,95 @@ export class FakeReplica extends EventEmitter {
         return this.#stream(res, record, mode, req.url, Infinity);
       case 'break':
         return this.#stream(res, record, mode, req.url, mode.afterChunks);
+      case 'interim':
+        return this.#interim(req, res, record, mode, wantsStream);
+      case 'trailing':
+        return this.#trailing(res, record, mode, req.url);
+      case 'endlessLine':
+        return this.#endlessLine(res, record, mode);
+      case 'reset':
+        return this.#reset(req, res, record, mode, wantsStream);
       default:
         throw new Error(`unknown fake mode ${type}`);
     }
+  }
+
+  async #interim(req, res, record, mode, wantsStream) {
+    for (const code of mode.interim ?? [100, 102, 103]) {
+      if (code === 100) {
+        res.writeContinue();
+      } else if (code === 102) {
+        res.writeProcessing();
+      } else if (code === 103) {
+        res.writeEarlyHints({ link: '</style.css>; rel=preload; as=style' });
+      } else {
+        res.socket.write(`HTTP/1.1 ${code} Interim\r\n\r\n`);
+      }
+    }
+    return wantsStream ? this.#stream(res, record, mode, req.url, Infinity) : this.#json(res, record, mode, req.url);
+  }
+
+  // A whole answer no request asked for: a gateway that reuses this connection would take it as
+  // the answer to its next request.
+  static SMUGGLED = 'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n{"smuggled":true}';
+
+  #trailing(res, record, mode, path) {
+    const body = this.answerBody(record, path, mode);
+    const socket = res.socket;
+    res.writeHead(200, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': Buffer.byteLength(body) });
+    record.leave();
+    record.finished = true;
+    record.sent = body;
+    record.sentPlain = body;
+    res.end(body, () => {
+      socket.write(mode.trailing ?? FakeReplica.SMUGGLED, () => {
+        record.trailingSent = true;
+        this.emit('trailing', record);
+      });
+    });
+    this.emit('finish', record);
+  }
+
+  async #endlessLine(res, record, mode) {
+    res.writeHead(200, { 'Content-Type': 'text/event-stream; charset=utf-8', 'Cache-Control': 'no-cache' });
+    record.streamed = true;
+    const piece = 'x'.repeat(16 * 1024);
+    const max = mode.maxBytes ?? 64 * 1024 * 1024;
+    let written = 0;
+    res.write('data: ');
+    while (written < max) {
+      if (this.#gone(res)) {
+        return;
+      }
+      ++record.chunksSent;
+      written += piece.length;
+      if (!res.write(piece)) {
+        await new Promise((resolve) => {
+          const done = () => {
+            res.off('drain', done);
+            res.off('close', done);
+            resolve();
+          };
+          res.on('drain', done);
+          res.on('close', done);
+        });
+      }
+    }
+    this.#finish(res, record, '\n\n');
+  }
+
+  async #reset(req, res, record, mode, wantsStream) {
+    if (mode.onlyReused && record.onConnection === 1) {
+      return wantsStream ? this.#stream(res, record, mode, req.url, Infinity) : this.#json(res, record, mode, req.url);
+    }
+    if (mode.afterMs > 0) {
+      await sleep(mode.afterMs);
+    }
+    record.leave();
+    record.finished = true;
+    record.reset = true;
+    res.socket?.destroy();
+    this.emit('finish', record);
   }
 
   #status(res, record, mode) {

@@ -1,0 +1,191 @@
+#include "common/openai/answer.hpp"
+
+#include <cmath>
+
+#include "common/util/json.hpp"
+
+namespace fg::openai {
+
+namespace {
+
+constexpr auto npos = std::string_view::npos;
+// A usage or timings object is a few hundred bytes; a longer one is not parsed.
+constexpr std::size_t kMaxMemberBytes = 64 * 1024;
+
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+std::size_t skip_space(std::string_view t, std::size_t i) {
+  while (i < t.size() && is_space(t[i])) {
+    ++i;
+  }
+  return i;
+}
+
+// Past the closing quote of the string opening at i, or npos.
+std::size_t skip_string(std::string_view t, std::size_t i) {
+  for (++i; i < t.size(); ++i) {
+    if (t[i] == '\\') {
+      ++i;
+    } else if (t[i] == '"') {
+      return i + 1;
+    }
+  }
+  return npos;
+}
+
+// Past the end of the value starting at i, or npos when it does not end. Brackets are counted,
+// not matched: the parser that reads the value later refuses a malformed one.
+std::size_t skip_value(std::string_view t, std::size_t i) {
+  if (i >= t.size()) {
+    return npos;
+  }
+  if (t[i] == '"') {
+    return skip_string(t, i);
+  }
+  if (t[i] != '{' && t[i] != '[') {
+    while (i < t.size() && t[i] != ',' && t[i] != '}' && t[i] != ']' && !is_space(t[i])) {
+      ++i;
+    }
+    return i;
+  }
+  std::size_t depth = 0;
+  while (i < t.size()) {
+    const char c = t[i];
+    if (c == '"') {
+      i = skip_string(t, i);
+      if (i == npos) {
+        return npos;
+      }
+      continue;
+    }
+    if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+    ++i;
+  }
+  return npos;
+}
+
+nlohmann::json parse_member(std::string_view json, std::string_view name) {
+  auto value = top_level_member(json, name);
+  if (!value || value->size() > kMaxMemberBytes) {
+    return nlohmann::json(nlohmann::json::value_t::discarded);
+  }
+  return parse_network_json(*value);
+}
+
+void read_count(const nlohmann::json& object, const char* key, std::optional<std::uint64_t>& out) {
+  auto it = object.find(key);
+  if (it != object.end() && it->is_number_unsigned()) {
+    out = it->get<std::uint64_t>();
+  }
+}
+
+void read_ms(const nlohmann::json& object, const char* key, std::optional<double>& out) {
+  auto it = object.find(key);
+  if (it != object.end() && it->is_number()) {
+    const double ms = it->get<double>();
+    if (std::isfinite(ms) && ms >= 0) {
+      out = ms;
+    }
+  }
+}
+
+// {"usage": {...}, "timings": {...}} at the top level of an OpenAI-shaped document.
+void read_openai_stats(std::string_view json, AnswerStats& stats) {
+  const auto usage = parse_member(json, "usage");
+  if (usage.is_object()) {
+    read_count(usage, "prompt_tokens", stats.prompt_tokens);
+    read_count(usage, "completion_tokens", stats.completion_tokens);
+    auto details = usage.find("prompt_tokens_details");
+    if (details != usage.end() && details->is_object()) {
+      read_count(*details, "cached_tokens", stats.cached_tokens);
+    }
+  }
+  const auto timings = parse_member(json, "timings");
+  if (timings.is_object()) {
+    read_count(timings, "prompt_n", stats.prompt_n);
+    read_ms(timings, "prompt_ms", stats.prompt_ms);
+    read_count(timings, "predicted_n", stats.predicted_n);
+    read_ms(timings, "predicted_ms", stats.predicted_ms);
+    read_count(timings, "cache_n", stats.cache_n);
+  }
+}
+
+}  // namespace
+
+std::optional<std::string_view> top_level_member(std::string_view json, std::string_view name) {
+  std::size_t i = skip_space(json, 0);
+  if (i >= json.size() || json[i] != '{') {
+    return std::nullopt;
+  }
+  for (i = skip_space(json, i + 1); i < json.size() && json[i] == '"';) {
+    const std::size_t key_end = skip_string(json, i);
+    if (key_end == npos) {
+      return std::nullopt;
+    }
+    const std::string_view key = json.substr(i + 1, key_end - i - 2);
+    i = skip_space(json, key_end);
+    if (i >= json.size() || json[i] != ':') {
+      return std::nullopt;
+    }
+    i = skip_space(json, i + 1);
+    const std::size_t value_end = skip_value(json, i);
+    if (value_end == npos || value_end == i) {
+      return std::nullopt;
+    }
+    if (key == name) {
+      return json.substr(i, value_end - i);
+    }
+    i = skip_space(json, value_end);
+    if (i >= json.size() || json[i] != ',') {
+      return std::nullopt;
+    }
+    i = skip_space(json, i + 1);
+  }
+  return std::nullopt;
+}
+
+void read_stats_from_body(Api api, std::string_view body, AnswerStats& stats) {
+  switch (api) {
+    case Api::openai:
+      read_openai_stats(body, stats);
+      return;
+  }
+}
+
+void read_stats_from_event(Api api, const SseEvent& event, AnswerStats& stats) {
+  switch (api) {
+    case Api::openai:
+      // Only the last chunks carry usage and timings; "[DONE]" and content chunks are skipped
+      // by the first look for the member names.
+      if (event.data.find("\"usage\"") != std::string::npos ||
+          event.data.find("\"timings\"") != std::string::npos) {
+        read_openai_stats(event.data, stats);
+      }
+      return;
+  }
+}
+
+std::optional<ErrorInfo> read_error(std::string_view body) {
+  const auto error = parse_member(body, "error");
+  if (!error.is_object()) {
+    return std::nullopt;
+  }
+  ErrorInfo info;
+  auto message = error.find("message");
+  if (message != error.end() && message->is_string()) {
+    info.message = message->get<std::string>();
+  }
+  auto code = error.find("code");
+  if (code != error.end() && code->is_string()) {
+    info.code = code->get<std::string>();
+  }
+  return info;
+}
+
+}  // namespace fg::openai

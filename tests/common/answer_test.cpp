@@ -1,0 +1,131 @@
+#include "common/openai/answer.hpp"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace fg::openai {
+namespace {
+
+TEST(TopLevelMember, FindsTheMemberAtTheTopOnly) {
+  const std::string_view doc =
+      R"({"id":"x","choices":[{"usage":{"prompt_tokens":1}}],"note":"\"usage\":{}", "usage" : {"prompt_tokens":7} })";
+  auto usage = top_level_member(doc, "usage");
+  ASSERT_TRUE(usage);
+  EXPECT_EQ(*usage, R"({"prompt_tokens":7})");
+  EXPECT_EQ(top_level_member(doc, "id").value_or(""), R"("x")");
+  EXPECT_FALSE(top_level_member(doc, "prompt_tokens"));
+}
+
+TEST(TopLevelMember, ScalarsAndStringsWithBrackets) {
+  const std::string_view doc = R"({"a":12.5e3,"b":"}]{[","c":null,"d":[1,{"e":"]"}],"f":true})";
+  EXPECT_EQ(top_level_member(doc, "a").value_or(""), "12.5e3");
+  EXPECT_EQ(top_level_member(doc, "b").value_or(""), R"("}]{[")");
+  EXPECT_EQ(top_level_member(doc, "c").value_or(""), "null");
+  EXPECT_EQ(top_level_member(doc, "d").value_or(""), R"([1,{"e":"]"}])");
+  EXPECT_EQ(top_level_member(doc, "f").value_or(""), "true");
+}
+
+TEST(TopLevelMember, MalformedOrUnfinishedIsNothing) {
+  for (std::string_view bad : {"", "[]", "\"usage\"", "{\"usage\"", "{\"usage\":", "{\"usage\":{",
+                               "{\"a\" 1,\"usage\":{}}", "{\"a\":\"open, \"usage\":{}"}) {
+    EXPECT_FALSE(top_level_member(bad, "usage")) << bad;
+  }
+}
+
+TEST(TopLevelMember, DeepNestingIsWalkedWithoutRecursion) {
+  std::string doc = "{\"deep\":";
+  doc += std::string(200000, '[');
+  doc += std::string(200000, ']');
+  doc += ",\"usage\":{\"prompt_tokens\":3}}";
+  EXPECT_EQ(top_level_member(doc, "usage").value_or(""), "{\"prompt_tokens\":3}");
+}
+
+TEST(AnswerStats, UsageAndTimingsOfAWholeAnswer) {
+  const std::string_view body = R"({"choices":[{"message":{"content":"RISK_LEVEL: 5"}}],
+    "usage":{"prompt_tokens":7012,"completion_tokens":6,"total_tokens":7018,
+             "prompt_tokens_details":{"cached_tokens":4096}},
+    "timings":{"prompt_n":2916,"prompt_ms":34210.5,"predicted_n":6,"predicted_ms":640.25,
+               "cache_n":4096}})";
+  AnswerStats stats;
+  read_stats_from_body(Api::openai, body, stats);
+  EXPECT_EQ(stats.prompt_tokens, 7012u);
+  EXPECT_EQ(stats.completion_tokens, 6u);
+  EXPECT_EQ(stats.cached_tokens, 4096u);
+  EXPECT_EQ(stats.prompt_n, 2916u);
+  EXPECT_DOUBLE_EQ(stats.prompt_ms.value_or(0), 34210.5);
+  EXPECT_EQ(stats.predicted_n, 6u);
+  EXPECT_DOUBLE_EQ(stats.predicted_ms.value_or(0), 640.25);
+  EXPECT_EQ(stats.cache_n, 4096u);
+}
+
+TEST(AnswerStats, EmbeddingsUsageHasNoCompletion) {
+  AnswerStats stats;
+  read_stats_from_body(Api::openai, R"({"data":[],"usage":{"prompt_tokens":9,"total_tokens":9}})",
+                       stats);
+  EXPECT_EQ(stats.prompt_tokens, 9u);
+  EXPECT_FALSE(stats.completion_tokens);
+  EXPECT_FALSE(stats.prompt_ms);
+}
+
+TEST(AnswerStats, FromStreamEvents) {
+  AnswerStats stats;
+  SseEvent content;
+  content.data = R"({"choices":[{"delta":{"content":"hi"}}],"usage":null})";
+  read_stats_from_event(Api::openai, content, stats);
+  EXPECT_FALSE(stats.prompt_tokens);
+  SseEvent last;
+  last.data =
+      R"({"choices":[],"usage":{"prompt_tokens":70,"completion_tokens":2},"timings":{"predicted_n":2,"predicted_ms":81}})";
+  read_stats_from_event(Api::openai, last, stats);
+  EXPECT_EQ(stats.prompt_tokens, 70u);
+  EXPECT_EQ(stats.completion_tokens, 2u);
+  EXPECT_EQ(stats.predicted_n, 2u);
+  EXPECT_DOUBLE_EQ(stats.predicted_ms.value_or(0), 81);
+  SseEvent done;
+  done.data = "[DONE]";
+  read_stats_from_event(Api::openai, done, stats);
+  EXPECT_EQ(stats.prompt_tokens, 70u);
+}
+
+TEST(AnswerStats, WrongTypesAndHostileValuesAreIgnored) {
+  AnswerStats stats;
+  read_stats_from_body(
+      Api::openai,
+      R"({"usage":{"prompt_tokens":-4,"completion_tokens":"6"},"timings":{"prompt_ms":-1,"predicted_ms":"x"}})",
+      stats);
+  EXPECT_FALSE(stats.prompt_tokens);
+  EXPECT_FALSE(stats.completion_tokens);
+  EXPECT_FALSE(stats.prompt_ms);
+  EXPECT_FALSE(stats.predicted_ms);
+  // A usage object nested past the JSON depth limit is not parsed (and does not crash).
+  std::string deep = "{\"usage\":{\"x\":";
+  deep += std::string(100000, '[');
+  deep += std::string(100000, ']');
+  deep += "}}";
+  read_stats_from_body(Api::openai, deep, stats);
+  EXPECT_FALSE(stats.prompt_tokens);
+}
+
+TEST(ReadError, OpenAiErrorObject) {
+  auto e = read_error(
+      R"({"error":{"message":"the model 'm' does not exist","type":"invalid_request_error","param":"model","code":"model_not_found"}})");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "the model 'm' does not exist");
+  EXPECT_EQ(e->code, "model_not_found");
+  auto null_code = read_error(R"({"error":{"message":"x","code":null}})");
+  ASSERT_TRUE(null_code);
+  EXPECT_EQ(null_code->code, "");
+}
+
+TEST(ReadError, NotAnErrorObject) {
+  EXPECT_FALSE(read_error("not json"));
+  EXPECT_FALSE(read_error(R"({"error":"a string"})"));
+  EXPECT_FALSE(read_error(R"({"detail":{"code":"model_not_found"}})"));
+  std::string deep = "{\"error\":";
+  deep += std::string(100000, '{');
+  EXPECT_FALSE(read_error(deep));
+}
+
+}  // namespace
+}  // namespace fg::openai

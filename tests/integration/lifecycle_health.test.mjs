@@ -299,7 +299,7 @@ describe('what counts as a failure', () => {
   before(async () => {
     p1 = await startFakeReplica({ name: 'p1' });
     p2 = await startFakeReplica({ name: 'p2' });
-    plain = await startFakeReplica({ name: 'plain' });
+    plain = await startFakeReplica({ name: 'plain', servedModels: ['plain'] });
     gw = await startGateway({
       admin: { token_env: 'FG_IT_ADMIN_TOKEN' },
       health: FAST_HEALTH,

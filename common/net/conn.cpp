@@ -6,14 +6,14 @@
 #include <stdexcept>
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
+
+#include "common/net/resolver.hpp"
 
 namespace fg::net {
 
@@ -166,28 +166,35 @@ std::shared_ptr<asio::ssl::context> make_client_tls_context(const std::string& c
 
 asio::awaitable<ConnectResult> connect_to(const Url& url, asio::ssl::context* tls_ctx,
                                           std::chrono::steady_clock::duration timeout) {
-  using namespace asio::experimental::awaitable_operators;
   auto executor = co_await asio::this_coro::executor;
   ConnectResult result;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
 
-  tcp::resolver resolver(executor);
-  asio::steady_timer timer(executor, timeout);
-  auto resolved = co_await (resolver.async_resolve(url.host, std::to_string(url.port), kUseTuple) ||
-                            timer.async_wait(kUseTuple));
-  if (resolved.index() == 1) {
-    result.failure = ConnectFailure::timeout;
-    result.ec = beast::error::timeout;
-    co_return result;
+  // Off the io thread and bounded by the same deadline as the connect (common/net/resolver.hpp).
+  auto resolved = co_await resolver_for(executor).resolve(url.host, url.port, deadline);
+  switch (resolved.outcome) {
+    case ResolveResult::Outcome::ok:
+      break;
+    case ResolveResult::Outcome::timeout:
+      result.failure = ConnectFailure::timeout;
+      result.ec = beast::error::timeout;
+      co_return result;
+    case ResolveResult::Outcome::cancelled:
+      result.failure = ConnectFailure::resolve;
+      result.ec = asio::error::operation_aborted;
+      co_return result;
+    case ResolveResult::Outcome::failed:
+      result.failure = ConnectFailure::resolve;
+      result.ec = resolved.error == LookupResult::Error::not_found ? asio::error::host_not_found
+                  : resolved.error == LookupResult::Error::try_again
+                      ? asio::error::host_not_found_try_again
+                      : asio::error::no_recovery;
+      co_return result;
   }
-  auto [resolve_ec, endpoints] = std::get<0>(resolved);
-  if (resolve_ec) {
-    result.failure = ConnectFailure::resolve;
-    result.ec = resolve_ec;
-    co_return result;
-  }
+  const auto& endpoints = resolved.endpoints;
 
   beast::tcp_stream stream(executor);
-  stream.expires_at(timer.expiry());
+  stream.expires_at(deadline);
   auto [connect_ec, endpoint] = co_await stream.async_connect(endpoints, kUseTuple);
   if (connect_ec) {
     result.failure =

@@ -70,8 +70,9 @@ struct ConnectResult {
   error_code ec;
 };
 
-// Resolves, connects and (for https) performs the TLS handshake with SNI and hostname
-// verification, all within timeout.
+// Resolves (resolver_for(executor): cached, off the io thread), connects and (for https)
+// performs the TLS handshake with SNI and hostname verification, all within timeout. Honours
+// the coroutine's cancellation at every step.
 asio::awaitable<ConnectResult> connect_to(const Url& url, asio::ssl::context* tls_ctx,
                                           std::chrono::steady_clock::duration timeout);
 

@@ -7,9 +7,11 @@
 
 namespace fg {
 
-// Starts argv[0] (looked up in PATH) as a child in its own process group, so that stopping it
-// reaches its own children and a terminal's Ctrl-C reaches only us; the child gets SIGTERM if we
-// die. Returns the pid, or -1 when fork failed.
+// Starts argv[0] (looked up in PATH, before fork) as a child in its own process group, so that
+// stopping it reaches its own children and a terminal's Ctrl-C reaches only us; the child gets
+// SIGTERM if we die. Returns the pid, or -1 when fork failed (or argv is empty). A program that
+// cannot be executed makes the child exit with status 127. Watch and stop children with
+// net::ChildWatcher (common/net/child_watcher.hpp).
 pid_t spawn_child_process(std::vector<std::string> argv);
 
 }  // namespace fg

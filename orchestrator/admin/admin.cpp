@@ -1,5 +1,9 @@
 #include "orchestrator/admin/admin.hpp"
 
+#include <chrono>
+#include <ctime>
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
 #include "common/net/http_io.hpp"
@@ -31,16 +35,169 @@ Reply json_reply(unsigned status, const nlohmann::json& body) {
   return {status, "application/json", body.dump()};
 }
 
+std::string iso_time(std::chrono::system_clock::time_point t) {
+  std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char out[32];
+  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return out;
+}
+
+std::string_view model_check_name(health::ModelCheck check) {
+  switch (check) {
+    case health::ModelCheck::match:
+      return "verified";
+    case health::ModelCheck::mismatch:
+      return "mismatch";
+    case health::ModelCheck::unverified:
+      break;
+  }
+  return "unverified";
+}
+
+nlohmann::json replica_json(const fleet::ReplicaView& r) {
+  nlohmann::json j{{"id", r.id},
+                   {"model", r.model},
+                   {"url", r.url},
+                   {"state", health::to_string(r.state)},
+                   {"source", fleet::to_string(r.source)},
+                   {"slots", r.slots},
+                   {"in_flight", r.in_flight},
+                   {"consecutive_failures", r.consecutive_failures},
+                   {"requests", r.requests},
+                   {"failures", r.failures},
+                   {"tokens_per_second", r.tokens_per_second}};
+  j["last_probe"] = r.last_probe ? nlohmann::json(iso_time(*r.last_probe)) : nullptr;
+  j["last_probe_seconds"] =
+      r.last_probe ? nlohmann::json(r.last_probe_seconds) : nlohmann::json(nullptr);
+  j["last_probe_error"] =
+      r.last_probe_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.last_probe_error);
+  j["model_check"] = model_check_name(r.model_check);
+  j["reported_slots_idle"] =
+      r.reported_slots_idle ? nlohmann::json(*r.reported_slots_idle) : nlohmann::json(nullptr);
+  j["registered"] = r.registered;
+  if (r.registered) {
+    j["agent_version"] = r.agent_version;
+    j["device"] = r.device;
+    j["heartbeat_age_seconds"] = r.heartbeat_age_seconds;
+  }
+  if (r.removing) {
+    j["removing"] = true;
+  }
+  return j;
+}
+
+nlohmann::json model_json(const fleet::ModelView& m) {
+  return {{"model", m.model},
+          {"desired", m.desired},
+          {"registered", m.registered},
+          {"healthy", m.healthy},
+          {"busy_slots", m.busy_slots},
+          {"free_slots", m.free_slots},
+          {"queue_depth", m.queue_depth},
+          {"oldest_queued_seconds", m.oldest_queued_seconds},
+          {"degraded", m.degraded}};
+}
+
+Reply register_reply(const fleet::RegisterResult& r) {
+  using fleet::Refusal;
+  switch (r.refusal) {
+    case Refusal::none:
+      break;
+    case Refusal::unknown_model:
+      return error_reply(404, r.message, "model_not_found");
+    case Refusal::url_not_allowed:
+      return error_reply(403, r.message, "url_not_allowed");
+    case Refusal::static_endpoint:
+    case Refusal::url_in_use:
+      return error_reply(409, r.message, "url_in_use");
+    case Refusal::url_registered:
+      return error_reply(409, r.message, "url_registered");
+  }
+  nlohmann::json body{
+      {"id", r.id},
+      {"secret", r.secret},
+      {"heartbeat_interval_s", std::chrono::duration<double>(r.heartbeat_interval).count()},
+      {"slots", r.slots}};
+  if (r.slots_capped) {
+    body["slots_capped"] = true;
+  }
+  return json_reply(200, body);
+}
+
+// Heartbeats and deregistrations: 404 makes the agent register again; 403 says its secret is
+// not (or no longer) the one of this registration.
+std::optional<Reply> identity_error(const fleet::IdentityResult& r, const std::string& id) {
+  if (r.check == fleet::SecretCheck::unknown) {
+    return error_reply(404, "no registered replica " + id + "; register again",
+                       "replica_not_found");
+  }
+  if (r.check == fleet::SecretCheck::wrong_secret) {
+    std::string message = "the ";
+    message += fleet::kSecretHeader;
+    message += " header is missing or does not match replica ";
+    message += id;
+    return error_reply(403, message, "invalid_replica_secret");
+  }
+  return std::nullopt;
+}
+
+Reply operation_reply(const fleet::ReplicaOpResult& r, const std::string& id, unsigned ok_status) {
+  switch (r.status) {
+    case fleet::ReplicaOpResult::Status::not_found:
+      return error_reply(404, "no replica " + id, "replica_not_found");
+    case fleet::ReplicaOpResult::Status::removing:
+      return error_reply(409, "replica " + id + " is being removed", "replica_removing");
+    case fleet::ReplicaOpResult::Status::ok:
+      break;
+  }
+  return json_reply(ok_status, replica_json(*r.replica));
+}
+
+Reply registration_route(AdminContext& ctx, const net::Request& request, std::string_view path,
+                         std::string_view rest) {
+  const auto secret_field = request[fleet::kSecretHeader];
+  const std::string_view secret(secret_field.data(), secret_field.size());
+  if (path == "/admin/v1/replicas/register") {
+    auto parsed = fleet::parse_registration(request.body());
+    if (!parsed.request) {
+      log::warn("registration refused: bad body", {{"error", parsed.message}});
+      return error_reply(400, parsed.message, "invalid_request");
+    }
+    return register_reply(ctx.fleet->register_replica(*parsed.request, secret));
+  }
+  std::string id(rest.substr(0, rest.find('/')));
+  if (rest.substr(rest.find('/') + 1) == "deregister") {
+    // An agent leaving (SIGTERM): drained, then removed once its requests are done.
+    auto r = ctx.fleet->deregister(id, secret);
+    if (auto error = identity_error(r, id)) {
+      return *error;
+    }
+    auto body = replica_json(*r.replica);
+    return json_reply(r.removing ? 202 : 200, body);
+  }
+  auto r = ctx.fleet->heartbeat(id, secret);
+  if (auto error = identity_error(r, id)) {
+    return *error;
+  }
+  return json_reply(200, {{"id", id}, {"state", health::to_string(r.replica->state)}});
+}
+
 // /admin/v1/...: registration (its own token) and fleet management (the admin token).
 Reply route_api(AdminContext& ctx, const net::Request& request, std::string_view path) {
   const auto method = request.method();
   const auto auth = request[http::field::authorization];
   constexpr std::string_view kReplicas = "/admin/v1/replicas";
+  constexpr std::string_view kReplicasSlash = "/admin/v1/replicas/";
 
+  const std::string_view rest =
+      path.size() > kReplicasSlash.size() && path.substr(0, kReplicasSlash.size()) == kReplicasSlash
+          ? path.substr(kReplicasSlash.size())
+          : std::string_view{};
   auto ends_with = [&](std::string_view suffix) {
-    return path.size() > kReplicas.size() + 1 + suffix.size() &&
-           path.substr(0, kReplicas.size() + 1) == "/admin/v1/replicas/" &&
-           path.substr(path.size() - suffix.size()) == suffix;
+    return rest.size() > suffix.size() && rest.substr(rest.size() - suffix.size()) == suffix &&
+           rest.find('/') == rest.size() - suffix.size();
   };
   if (path == "/admin/v1/replicas/register" || ends_with("/heartbeat") ||
       ends_with("/deregister")) {
@@ -55,20 +212,7 @@ Reply route_api(AdminContext& ctx, const net::Request& request, std::string_view
       log::warn("registration refused: missing or wrong token");
       return error_reply(401, "a valid registration token is required", "invalid_token");
     }
-    if (path == "/admin/v1/replicas/register") {
-      auto body = nlohmann::json::parse(request.body(), nullptr, false);
-      auto answer = ctx.fleet->register_replica(body);
-      return json_reply(answer.status, answer.body);
-    }
-    std::string_view rest = path.substr(kReplicas.size() + 1);
-    std::string id(rest.substr(0, rest.find('/')));
-    if (ends_with("/deregister")) {
-      // An agent leaving (SIGTERM): drained, then removed once its requests are done.
-      auto answer = ctx.fleet->deregister(id);
-      return json_reply(answer.status, answer.body);
-    }
-    auto answer = ctx.fleet->heartbeat(id);
-    return json_reply(answer.status, answer.body);
+    return registration_route(ctx, request, path, rest);
   }
 
   if (!ctx.admin_token.empty() && !bearer_matches(auth, ctx.admin_token)) {
@@ -78,32 +222,36 @@ Reply route_api(AdminContext& ctx, const net::Request& request, std::string_view
     if (method != http::verb::get) {
       return error_reply(405, "use GET", "method_not_allowed");
     }
-    return json_reply(200, nlohmann::json{{"replicas", ctx.fleet->replicas_json()}});
+    auto list = nlohmann::json::array();
+    for (const auto& r : ctx.fleet->replicas()) {
+      list.push_back(replica_json(r));
+    }
+    return json_reply(200, nlohmann::json{{"replicas", list}});
   }
   if (path == "/admin/v1/fleet") {
     if (method != http::verb::get) {
       return error_reply(405, "use GET", "method_not_allowed");
     }
-    return json_reply(200, ctx.fleet->fleet_json());
+    auto models = nlohmann::json::array();
+    for (const auto& m : ctx.fleet->models()) {
+      models.push_back(model_json(m));
+    }
+    return json_reply(200, nlohmann::json{{"models", models}});
   }
-  if (path.size() > kReplicas.size() + 1 &&
-      path.substr(0, kReplicas.size() + 1) == "/admin/v1/replicas/") {
-    std::string_view rest = path.substr(kReplicas.size() + 1);
+  if (!rest.empty()) {
     auto slash = rest.find('/');
     std::string id(rest.substr(0, slash));
     std::string_view action = slash == std::string_view::npos ? "" : rest.substr(slash + 1);
-    fleet::FleetManager::Answer answer;
     if (action.empty() && method == http::verb::delete_) {
-      answer = ctx.fleet->remove(id);
-    } else if (action == "drain" && method == http::verb::post) {
-      answer = ctx.fleet->drain(id);
-    } else if (action == "undrain" && method == http::verb::post) {
-      answer = ctx.fleet->undrain(id);
-    } else {
-      return error_reply(405, "use POST .../drain, POST .../undrain or DELETE",
-                         "method_not_allowed");
+      return operation_reply(ctx.fleet->remove(id), id, 202);
     }
-    return json_reply(answer.status, answer.body);
+    if (action == "drain" && method == http::verb::post) {
+      return operation_reply(ctx.fleet->drain(id), id, 200);
+    }
+    if (action == "undrain" && method == http::verb::post) {
+      return operation_reply(ctx.fleet->undrain(id), id, 200);
+    }
+    return error_reply(405, "use POST .../drain, POST .../undrain or DELETE", "method_not_allowed");
   }
   return error_reply(404, "no admin route for " + std::string(path), "not_found");
 }

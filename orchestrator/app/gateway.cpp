@@ -180,7 +180,7 @@ void Gateway::begin_shutdown(int signal_number) {
   if (shutting_down_) {
     log::warn("second signal: stopping now", {{"signal", signal_number}});
     sessions_.close_all();
-    local_fleet_->stop();
+    local_fleet_->kill_now();
     io_.stop();
     return;
   }
@@ -196,9 +196,8 @@ void Gateway::begin_shutdown(int signal_number) {
   sessions_.on_drained = [this] {
     log::info("drained: every request finished");
     admin_listener_->stop();
-    local_fleet_->stop();
     drain_timer_.cancel();
-    io_.stop();
+    local_fleet_->stop([this] { io_.stop(); });
   };
   sessions_.begin_drain();
   drain_timer_.expires_after(drain_timeout);
@@ -209,8 +208,7 @@ void Gateway::begin_shutdown(int signal_number) {
     log::warn("drain deadline passed: closing the remaining connections",
               {{"open_connections", sessions_.size()}});
     sessions_.close_all();
-    local_fleet_->stop();
-    io_.stop();
+    local_fleet_->stop([this] { io_.stop(); });
   });
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (!ec) {
@@ -225,7 +223,7 @@ int Gateway::run() {
     local_fleet_->start();
   } catch (const std::exception& e) {
     log::error("cannot start the local fleet", {{"error", e.what()}});
-    local_fleet_->stop();
+    local_fleet_->kill_now();
     return 1;
   }
   public_listener_->start();
@@ -248,7 +246,7 @@ int Gateway::run() {
   });
   wait_for_hangup();
   io_.run();
-  local_fleet_->stop();
+  local_fleet_->kill_now();
   log::info("stopped");
   return 0;
 }

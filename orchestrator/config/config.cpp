@@ -411,6 +411,12 @@ class Parser {
 
 }  // namespace
 
+// The characters that separate a URL's parts: a wildcard never crosses one, so a pattern's
+// host part cannot reach into a port, userinfo, IPv6 literal or path.
+static bool is_url_delimiter(char c) {
+  return c == ':' || c == '/' || c == '@' || c == '[' || c == ']';
+}
+
 bool glob_match(std::string_view pattern, std::string_view text) {
   // reach[j]: the pattern read so far matches text[0, j).
   std::vector<char> reach(text.size() + 1, 0);
@@ -421,9 +427,9 @@ bool glob_match(std::string_view pattern, std::string_view text) {
     for (std::size_t j = 1; j <= text.size(); ++j) {
       const char t = text[j - 1];
       if (p == '*') {
-        next[j] = reach[j] || (next[j - 1] && t != '/');
+        next[j] = reach[j] || (next[j - 1] && !is_url_delimiter(t));
       } else if (p == '?') {
-        next[j] = reach[j - 1] && t != '/';
+        next[j] = reach[j - 1] && !is_url_delimiter(t);
       } else {
         next[j] = reach[j - 1] && t == p;
       }

@@ -178,10 +178,11 @@ class ConfigError : public std::runtime_error {
 };
 
 // Whether text matches the glob pattern, case-sensitively: '*' matches any run of characters
-// (including none) and '?' exactly one character, except that neither matches '/', so the host
-// part of a pattern cannot swallow a path ("https://*.acu.run" does not match
-// "https://evil.com/x.acu.run"). Every other character matches itself. Used to check registered
-// replica URLs, normalised with net::Url::to_string(), against registration.allowed_urls.
+// (including none) and '?' exactly one character, except that neither matches ':', '/', '@', '['
+// or ']', so a wildcard cannot cross from one part of a URL into another ("https://*.acu.run"
+// matches neither "https://evil.com/x.acu.run" nor "https://evil.com:1@x.acu.run"). Every other
+// character matches itself. Used to check registered replica URLs, normalised with
+// net::Url::to_string(), against registration.allowed_urls.
 bool glob_match(std::string_view pattern, std::string_view text);
 
 // Parses and validates YAML text; source names the file in messages. Throws ConfigError.

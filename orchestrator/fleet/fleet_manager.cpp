@@ -2,18 +2,16 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <map>
-#include <set>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "common/log/log.hpp"
+#include "common/net/resolver.hpp"
 #include "common/net/server.hpp"
-#include "common/openai/errors.hpp"
-#include "orchestrator/health/probe.hpp"
+#include "orchestrator/fleet/local_fleet.hpp"
 #include "orchestrator/metrics/metrics.hpp"
 
 namespace fg::fleet {
@@ -23,21 +21,24 @@ using health::State;
 
 namespace {
 
-constexpr auto kMissedHeartbeats = 3;
 constexpr auto kJoiningProbeInterval = std::chrono::seconds(1);
 
-FleetManager::Answer error_answer(unsigned status, std::string message, std::string code) {
-  auto type = std::string(openai::error_type_for_status(status));
-  return {status, nlohmann::json::parse(openai::error_body(message, type, code))};
-}
-
-std::string iso_time(std::chrono::system_clock::time_point t) {
-  std::time_t secs = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char out[32];
-  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return out;
+std::string_view refusal_reason(Refusal refusal) {
+  switch (refusal) {
+    case Refusal::unknown_model:
+      return "registration refused: unknown model";
+    case Refusal::url_not_allowed:
+      return "registration refused: URL not allowed";
+    case Refusal::static_endpoint:
+      return "registration refused: URL is a configured endpoint of another model";
+    case Refusal::url_in_use:
+      return "registration refused: URL is a local agent";
+    case Refusal::url_registered:
+      return "registration refused: URL registered by another agent";
+    case Refusal::none:
+      break;
+  }
+  return "registration refused";
 }
 
 }  // namespace
@@ -51,10 +52,15 @@ FleetManager::FleetManager(asio::any_io_executor executor, const config::ConfigS
       registry_(registry),
       scheduler_(scheduler),
       metrics_(metrics),
-      tls_(tls),
-      upstream_authorization_(std::move(upstream_authorization)),
       deliver_(std::move(deliver)),
       abandon_(std::move(abandon)),
+      checker_(
+          executor, configs, tls, std::move(upstream_authorization),
+          HealthChecker::Hooks{
+              [this](const Replica& r, Clock::time_point last) { return next_probe_at(r, last); },
+              [this](const Replica& r) { return probe_paused(r); },
+              [this](Replica& r, const health::ProbeOutcome& o) { on_probe(r, o); },
+          }),
       sweep_timer_(executor) {}
 
 health::Thresholds FleetManager::thresholds_for(const std::string& model) const {
@@ -70,6 +76,7 @@ health::Thresholds FleetManager::thresholds_for(const std::string& model) const 
 }
 
 void FleetManager::start() {
+  net::resolver_for(executor_).set_cache_ttl(config().upstream.dns_cache_ttl);
   for (const auto& model : config().models) {
     scheduler_.add_model(model.name);
     metrics_.declare_model(model.name);
@@ -84,6 +91,7 @@ void FleetManager::start() {
 
 void FleetManager::stop() {
   stopped_ = true;
+  checker_.stop();
   sweep_timer_.cancel();
   for (const auto& replica : registry_.all()) {
     if (replica->stop_probe) {
@@ -96,8 +104,8 @@ std::shared_ptr<Replica> FleetManager::add_replica(const std::string& model, con
                                                    std::uint32_t slots, Source source,
                                                    State initial) {
   auto replica = registry_.add(model, url, slots);
-  replica->registered = source == Source::registration;
-  replica->local = source == Source::local;
+  replica->source = source;
+  replica->configured_slots = source == Source::config ? slots : 0;
   tracker_.add(replica->id, model, thresholds_for(model), Clock::now(), initial);
   if (initial == State::healthy) {
     deliver_(scheduler_.add_replica(replica->id, model, slots));
@@ -111,20 +119,24 @@ std::shared_ptr<Replica> FleetManager::add_replica(const std::string& model, con
                               {"model", model},
                               {"url", url.to_string()},
                               {"slots", slots},
-                              {"source", source == Source::registration ? "registration"
-                                         : source == Source::local      ? "local"
-                                                                        : "config"},
+                              {"source", to_string(source)},
                               {"state", health::to_string(initial)}});
-  net::spawn_logged(executor_, probe_loop(this, replica), "probe");
+  checker_.watch(replica);
   if (source != Source::config) {
     write_sd_file();
   }
   return replica;
 }
 
-void FleetManager::add_local_replica(const std::string& model, const net::Url& url,
-                                     std::uint32_t slots) {
-  add_replica(model, url, slots, Source::local, State::joining);
+ReplicaId FleetManager::add_local_replica(const std::string& model, const net::Url& url,
+                                          std::uint32_t slots) {
+  return add_replica(model, url, slots, Source::local, State::joining)->id;
+}
+
+void FleetManager::remove_local_replica(ReplicaId id) {
+  if (auto replica = registry_.find(id); replica && !pending_removal(id)) {
+    begin_removal(*replica);
+  }
 }
 
 void FleetManager::apply(const std::optional<health::Transition>& transition) {
@@ -135,14 +147,12 @@ void FleetManager::apply(const std::optional<health::Transition>& transition) {
   if (!replica) {
     return;  // already forgotten: nothing routes to it and nothing to show
   }
-  const std::string& name = replica->name;
-  const std::string& model = replica->model;
-  log::info("replica state changed", {{"replica", name},
-                                      {"model", model},
+  log::info("replica state changed", {{"replica", replica->name},
+                                      {"model", replica->model},
                                       {"from", health::to_string(transition->from)},
                                       {"to", health::to_string(transition->to)},
                                       {"reason", transition->reason}});
-  metrics_.replica_state_change(model, std::string(health::to_string(transition->to)));
+  metrics_.replica_state_change(replica->model, std::string(health::to_string(transition->to)));
   if (scheduler_.has_replica(transition->id)) {
     deliver_(scheduler_.set_routable(transition->id, transition->to == State::healthy));
   }
@@ -166,64 +176,55 @@ void FleetManager::traffic_success(ReplicaId id) {
   tracker_.on_traffic_success(id);
 }
 
-asio::awaitable<void> FleetManager::probe_loop(FleetManager* self,
-                                               std::shared_ptr<Replica> replica) {
-  asio::steady_timer timer(self->executor_);
-  replica->stop_probe = [&timer] { timer.cancel(); };
-  struct Forget {
-    Replica* replica;
-    ~Forget() { replica->stop_probe = nullptr; }
-  } forget{replica.get()};
-  std::unique_ptr<net::Conn> conn;
+Clock::time_point FleetManager::next_probe_at(const Replica& replica, Clock::time_point last) {
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  auto last = Clock::now();
-  bool first = true;
-  while (!self->stopped_ && !replica->removed) {
-    if (!first) {
-      auto due = self->tracker_.next_probe_at(replica->id, last, unit(self->rng_));
-      if (self->tracker_.state(replica->id) == State::joining) {
-        // A new phone is worth proving quickly: joining replicas are probed at least every
-        // second, so a registered phone takes traffic about a second after it answers.
-        due = std::min(due, last + kJoiningProbeInterval);
-      }
-      timer.expires_at(due);
-      co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-      if (self->stopped_ || replica->removed) {
-        break;
-      }
-    }
-    first = false;
-    auto state = self->tracker_.state(replica->id);
-    if (state == State::draining || state == State::gone) {
-      last = Clock::now();
-      continue;
-    }
-    const auto* model = self->config().find_model(replica->model);
-    const auto& h = model ? model->health : self->config().health;
-    auto outcome = co_await health::probe_once(replica->url, h.path, self->tls_, h.timeout,
-                                               self->upstream_authorization_, &conn);
-    if (self->stopped_ || replica->removed) {
-      break;
-    }
-    last = Clock::now();
-    replica->last_probe = std::chrono::system_clock::now();
-    replica->last_probe_seconds = outcome.seconds;
-    if (self->config().metrics.per_replica) {
-      self->metrics_.health_check(replica->name, outcome.seconds);
-    }
-    replica->reported_slots_idle = outcome.slots_idle;
-    if (outcome.slots_total) {
-      self->set_slots(*replica, *outcome.slots_total);
-    }
-    if (outcome.result == health::ProbeResult::fail) {
-      log::debug("probe failed", {{"replica", replica->name}, {"error", outcome.error}});
-    }
-    if (outcome.result != health::ProbeResult::fail && self->heartbeat_stale(*replica, last)) {
-      // An agent that stopped heartbeating is not trusted again on probes alone.
-      continue;
-    }
-    self->apply(self->tracker_.on_probe(replica->id, outcome.result, last));
+  auto due = tracker_.next_probe_at(replica.id, last, unit(rng_));
+  if (tracker_.state(replica.id) == State::joining) {
+    // A new phone is worth proving quickly: joining replicas are probed at least every
+    // second, so a registered phone takes traffic about a second after it answers.
+    due = std::min(due, last + kJoiningProbeInterval);
   }
+  return due;
+}
+
+bool FleetManager::probe_paused(const Replica& replica) const {
+  const auto state = tracker_.state(replica.id);
+  return state == State::draining || state == State::gone;
+}
+
+void FleetManager::on_probe(Replica& replica, const health::ProbeOutcome& outcome) {
+  const auto now = Clock::now();
+  replica.last_probe = std::chrono::system_clock::now();
+  replica.last_probe_seconds = outcome.seconds;
+  if (config().metrics.per_replica) {
+    metrics_.health_check(replica.name, outcome.seconds);
+  }
+  const bool wrong_model = outcome.model == health::ModelCheck::mismatch;
+  if (wrong_model && replica.last_probe_error != outcome.error) {
+    log::warn("replica serves another model",
+              {{"replica", replica.name}, {"model", replica.model}, {"reason", outcome.error}});
+  }
+  replica.last_probe_error = outcome.error;
+  if (outcome.result != health::ProbeResult::fail || wrong_model) {
+    replica.model_check = outcome.model;
+  }
+  replica.reported_slots_idle = outcome.slots_idle;
+  if (outcome.slots_total) {
+    set_slots(replica, *outcome.slots_total);
+  }
+  if (outcome.result == health::ProbeResult::fail) {
+    log::debug("probe failed", {{"replica", replica.name}, {"error", outcome.error}});
+  }
+  if (wrong_model) {
+    // A definite answer, not a flaky one: out of rotation at once, with the reason.
+    apply(tracker_.mark_unhealthy(replica.id, outcome.error));
+  }
+  if (outcome.result != health::ProbeResult::fail && replica.source == Source::registration &&
+      book_.missed_heartbeats(replica.id, config().registration.heartbeat_interval, now)) {
+    // An agent that stopped heartbeating is not trusted again on probes alone.
+    return;
+  }
+  apply(tracker_.on_probe(replica.id, outcome.result, now));
 }
 
 asio::awaitable<void> FleetManager::sweep_loop(FleetManager* self) {
@@ -235,37 +236,57 @@ asio::awaitable<void> FleetManager::sweep_loop(FleetManager* self) {
     if (self->stopped_) {
       break;
     }
-    // Read after the wait: a reload may have replaced the configuration meanwhile.
-    const auto& reg = self->config().registration;
-    const auto now = Clock::now();
-    for (const auto& replica : self->registry_.all()) {
-      if (!replica->registered || !replica->last_heartbeat) {
-        continue;
-      }
-      auto silent = now - *replica->last_heartbeat;
-      if (silent > reg.expire_after) {
-        log::info("registration expired", {{"replica", replica->name}});
-        self->apply(self->tracker_.mark_gone(replica->id));
-        self->finish_removal(replica->id);
-      } else if (silent > kMissedHeartbeats * reg.heartbeat_interval) {
-        self->apply(self->tracker_.mark_unhealthy(
-            replica->id, "missed " + std::to_string(kMissedHeartbeats) + " heartbeats"));
-      }
-    }
-    std::vector<ReplicaId> still;
-    for (auto id : self->removing_) {
-      if (self->scheduler_.in_flight(id) == 0) {
-        self->apply(self->tracker_.mark_gone(id));
-        self->finish_removal(id);
-      } else {
-        still.push_back(id);
-      }
-    }
-    self->removing_ = std::move(still);
+    self->sweep();
   }
 }
 
+void FleetManager::sweep() {
+  // Read now: a reload may have replaced the configuration since the last sweep.
+  const auto& reg = config().registration;
+  const auto now = Clock::now();
+  for (ReplicaId id : book_.silent_for(reg.expire_after, now)) {
+    auto replica = registry_.find(id);
+    if (!replica || replica->source != Source::registration) {
+      // A static endpoint only loses its registration: the YAML keeps the endpoint.
+      if (replica) {
+        log::info("registration expired; the static endpoint stays", {{"replica", replica->name}});
+      }
+      book_.forget(id);
+      continue;
+    }
+    log::info("registration expired", {{"replica", replica->name}});
+    apply(tracker_.mark_gone(id));
+    finish_removal(id);
+  }
+  for (ReplicaId id : book_.silent_for(kMissedHeartbeats * reg.heartbeat_interval, now)) {
+    auto replica = registry_.find(id);
+    if (replica && replica->source == Source::registration) {
+      apply(tracker_.mark_unhealthy(id,
+                                    "missed " + std::to_string(kMissedHeartbeats) + " heartbeats"));
+    }
+  }
+  // A copy: finish_removal takes entries out of removing_.
+  const std::vector<ReplicaId> pending = removing_;
+  for (auto id : pending) {
+    if (scheduler_.in_flight(id) == 0) {
+      apply(tracker_.mark_gone(id));
+      finish_removal(id);
+    }
+  }
+}
+
+void FleetManager::begin_removal(Replica& replica) {
+  apply(tracker_.drain(replica.id));
+  if (!pending_removal(replica.id)) {
+    removing_.push_back(replica.id);
+  }
+  // Its identity ends now: heartbeats get 404 and the URL is free to register again.
+  book_.forget(replica.id);
+}
+
 void FleetManager::finish_removal(ReplicaId id) {
+  removing_.erase(std::remove(removing_.begin(), removing_.end(), id), removing_.end());
+  book_.forget(id);
   auto replica = registry_.find(id);
   if (!replica) {
     return;
@@ -276,7 +297,9 @@ void FleetManager::finish_removal(ReplicaId id) {
   write_sd_file();
   scheduler_.remove_replica(id);
   tracker_.remove(id);
-  removing_.erase(std::remove(removing_.begin(), removing_.end(), id), removing_.end());
+  if (replica->source == Source::local && local_ != nullptr) {
+    local_->replica_removed(id);
+  }
 }
 
 bool FleetManager::pending_removal(ReplicaId id) const {
@@ -293,13 +316,7 @@ std::shared_ptr<Replica> FleetManager::live_by_url(const std::string& normalised
   return nullptr;
 }
 
-bool FleetManager::heartbeat_stale(const Replica& replica, Clock::time_point now) const {
-  return replica.registered && replica.last_heartbeat &&
-         now - *replica.last_heartbeat >
-             kMissedHeartbeats * config().registration.heartbeat_interval;
-}
-
-std::shared_ptr<Replica> FleetManager::by_name(const std::string& name) const {
+std::shared_ptr<Replica> FleetManager::by_name(std::string_view name) const {
   for (const auto& replica : registry_.all()) {
     if (replica->name == name) {
       return replica;
@@ -308,264 +325,276 @@ std::shared_ptr<Replica> FleetManager::by_name(const std::string& name) const {
   return nullptr;
 }
 
-FleetManager::Answer FleetManager::register_replica(const nlohmann::json& request) {
-  if (!request.is_object()) {
-    return error_answer(400, "the body must be a JSON object", "invalid_request");
+RegisterResult FleetManager::register_replica(const RegistrationRequest& request,
+                                              std::string_view secret) {
+  using Action = RegistrationPlan::Action;
+  const auto now = Clock::now();
+  const std::string url = request.url.to_string();
+  auto holder = live_by_url(url);
+  std::optional<UrlHolder> held;
+  if (holder) {
+    held = UrlHolder{holder->id, holder->model, holder->source};
   }
-  auto url_it = request.find("url");
-  auto model_it = request.find("model");
-  if (url_it == request.end() || !url_it->is_string()) {
-    return error_answer(400, "\"url\" (string) is required", "invalid_request");
+  const RegistrationPlan plan = book_.plan(request, secret, held, config(), now);
+  RegisterResult result;
+  if (plan.action == Action::refuse) {
+    log::warn(refusal_reason(plan.refusal), {{"url", url}});
+    result.refusal = plan.refusal;
+    result.message = plan.message;
+    return result;
   }
-  if (model_it == request.end() || !model_it->is_string()) {
-    return error_answer(400, "\"model\" (string) is required", "invalid_request");
+  std::optional<std::string> keep;
+  std::shared_ptr<Replica> replica;
+  switch (plan.action) {
+    case Action::create:
+      replica =
+          add_replica(request.model, request.url, plan.slots, Source::registration, State::joining);
+      break;
+    case Action::update:
+      replica = holder;
+      keep = book_.find(holder->id)->secret;
+      set_slots(*replica, plan.slots);
+      break;
+    case Action::attach:
+      replica = holder;
+      set_slots(*replica, plan.slots);
+      break;
+    case Action::replace:
+      // Same phone, other model, or a registration that went silent: the old entry goes
+      // (drained first), a new one is made.
+      if (plan.keep_secret) {
+        keep = book_.find(holder->id)->secret;
+      }
+      begin_removal(*holder);
+      replica =
+          add_replica(request.model, request.url, plan.slots, Source::registration, State::joining);
+      break;
+    case Action::refuse:
+      break;
   }
-  std::string why;
-  auto url = net::parse_url(url_it->get<std::string>(), &why);
-  if (!url) {
-    return error_answer(400, "\"url\" is not a valid URL: " + why, "invalid_request");
+  if (plan.took_over) {
+    log::warn("registration taken over: the previous one missed its heartbeats",
+              {{"replica", replica->name}, {"previous", holder->name}, {"url", url}});
   }
-  const std::string model = model_it->get<std::string>();
-  const auto* model_config = config().find_model(model);
-  if (!model_config) {
-    log::warn("registration refused: unknown model", {{"url", url->to_string()}});
-    return error_answer(404, "the model '" + model + "' is not configured", "model_not_found");
+  if (plan.slots_capped) {
+    log::warn("registration asked for more slots than its static endpoint has; capped",
+              {{"replica", replica->name}, {"slots", plan.slots}});
   }
-  const std::string normalised = url->to_string();
-  bool allowed = false;
-  for (const auto& pattern : config().registration.allowed_urls) {
-    allowed = allowed || config::glob_match(pattern, normalised);
-  }
-  if (!allowed) {
-    log::warn("registration refused: URL not allowed", {{"url", normalised}, {"model", model}});
-    return error_answer(403, "the URL " + normalised + " is not in registration.allowed_urls",
-                        "url_not_allowed");
-  }
-  std::uint32_t slots = model_config->slots;
-  if (auto s = request.find("slots"); s != request.end() && !s->is_null()) {
-    if (!s->is_number_unsigned() || s->get<std::uint64_t>() < 1 ||
-        s->get<std::uint64_t>() > config::kMaxSlots) {
-      return error_answer(400, "\"slots\" must be an integer from 1 to 1024", "invalid_request");
-    }
-    slots = static_cast<std::uint32_t>(s->get<std::uint64_t>());
-  }
-  std::string agent_version;
-  if (auto v = request.find("agent_version"); v != request.end() && v->is_string()) {
-    agent_version = v->get<std::string>().substr(0, 64);
-  }
-  nlohmann::json device = nlohmann::json::object();
-  if (auto d = request.find("device");
-      d != request.end() && d->is_object() && d->dump().size() <= 4096) {
-    device = *d;
-  }
-
-  auto replica = live_by_url(normalised);
-  if (replica && !replica->registered && !replica->local) {
-    if (replica->model != model) {
-      // A static endpoint belongs to the YAML: a registration must not move it elsewhere.
-      log::warn("registration refused: URL is a configured endpoint of another model",
-                {{"url", normalised}, {"model", model}});
-      return error_answer(
-          409, "the URL " + normalised + " is configured for model '" + replica->model + "'",
-          "url_in_use");
-    }
-  } else if (replica && replica->model != model) {
-    // Same phone, other model: the old entry goes (drained first), a new one is made.
-    remove(replica->name);
-    replica.reset();
-  }
-  if (!replica) {
-    replica = add_replica(model, *url, slots, Source::registration, State::joining);
-  } else {
-    set_slots(*replica, slots);
-    if (tracker_.state(replica->id) == State::gone) {
-      replica = add_replica(model, *url, slots, Source::registration, State::joining);
-    }
-  }
-  replica->agent_version = agent_version;
-  replica->device = device;
-  replica->last_heartbeat = Clock::now();
-  log::info("replica registered",
-            {{"replica", replica->name}, {"model", model}, {"url", normalised}, {"slots", slots}});
-  const double interval_s =
-      std::chrono::duration<double>(config().registration.heartbeat_interval).count();
-  return {200, {{"id", replica->name}, {"heartbeat_interval_s", interval_s}}};
+  result.secret = book_.record(replica->id, request, now, std::move(keep));
+  result.id = replica->name;
+  result.heartbeat_interval = config().registration.heartbeat_interval;
+  result.slots = replica->slots;
+  result.slots_capped = plan.slots_capped;
+  log::info("replica registered", {{"replica", replica->name},
+                                   {"model", request.model},
+                                   {"url", url},
+                                   {"slots", replica->slots}});
+  return result;
 }
 
-FleetManager::Answer FleetManager::heartbeat(const std::string& name) {
+IdentityResult FleetManager::heartbeat(std::string_view name, std::string_view secret) {
+  IdentityResult result;
   auto replica = by_name(name);
-  // A static endpoint takes heartbeats only once an agent registered on its URL.
-  if (!replica || pending_removal(replica->id) ||
-      (!replica->registered && !replica->last_heartbeat)) {
-    return error_answer(404, "no registered replica " + name + "; register again",
-                        "replica_not_found");
+  if (!replica || pending_removal(replica->id)) {
+    return result;
   }
-  replica->last_heartbeat = Clock::now();
-  return {200, {{"id", replica->name}, {"state", health::to_string(tracker_.state(replica->id))}}};
+  result.check = book_.check(replica->id, secret);
+  if (result.check == SecretCheck::ok) {
+    book_.heartbeat(replica->id, Clock::now());
+  } else if (result.check == SecretCheck::wrong_secret) {
+    log::warn("heartbeat refused: wrong or missing replica secret", {{"replica", replica->name}});
+  }
+  result.replica = view_of(*replica);
+  return result;
 }
 
-FleetManager::Answer FleetManager::deregister(const std::string& name) {
+IdentityResult FleetManager::deregister(std::string_view name, std::string_view secret) {
+  IdentityResult result;
   auto replica = by_name(name);
-  if (!replica || !replica->registered || pending_removal(replica->id)) {
-    return error_answer(404, "no registered replica " + name, "replica_not_found");
+  if (!replica || pending_removal(replica->id)) {
+    return result;
+  }
+  result.check = book_.check(replica->id, secret);
+  if (result.check != SecretCheck::ok) {
+    if (result.check == SecretCheck::wrong_secret) {
+      log::warn("deregistration refused: wrong or missing replica secret",
+                {{"replica", replica->name}});
+    }
+    return result;
   }
   log::info("replica deregistered", {{"replica", replica->name}, {"model", replica->model}});
-  return remove(name);
+  if (replica->source == Source::registration) {
+    begin_removal(*replica);
+    result.removing = true;
+  } else {
+    book_.forget(replica->id);
+  }
+  result.replica = view_of(*replica);
+  return result;
 }
 
-FleetManager::Answer FleetManager::drain(const std::string& name) {
+ReplicaOpResult FleetManager::drain(std::string_view name) {
   auto replica = by_name(name);
   if (!replica) {
-    return error_answer(404, "no replica " + name, "replica_not_found");
+    return {ReplicaOpResult::Status::not_found, std::nullopt};
   }
   apply(tracker_.drain(replica->id));
-  return {200, replica_json(*replica)};
+  return {ReplicaOpResult::Status::ok, view_of(*replica)};
 }
 
-FleetManager::Answer FleetManager::undrain(const std::string& name) {
+ReplicaOpResult FleetManager::undrain(std::string_view name) {
   auto replica = by_name(name);
   if (!replica) {
-    return error_answer(404, "no replica " + name, "replica_not_found");
+    return {ReplicaOpResult::Status::not_found, std::nullopt};
   }
-  if (std::find(removing_.begin(), removing_.end(), replica->id) != removing_.end()) {
-    return error_answer(409, "replica " + name + " is being removed", "replica_removing");
+  if (pending_removal(replica->id)) {
+    return {ReplicaOpResult::Status::removing, view_of(*replica)};
   }
   apply(tracker_.undrain(replica->id));
-  return {200, replica_json(*replica)};
+  return {ReplicaOpResult::Status::ok, view_of(*replica)};
 }
 
-FleetManager::Answer FleetManager::remove(const std::string& name) {
+ReplicaOpResult FleetManager::remove(std::string_view name) {
   auto replica = by_name(name);
   if (!replica) {
-    return error_answer(404, "no replica " + name, "replica_not_found");
+    return {ReplicaOpResult::Status::not_found, std::nullopt};
   }
-  apply(tracker_.drain(replica->id));
-  if (std::find(removing_.begin(), removing_.end(), replica->id) == removing_.end()) {
-    removing_.push_back(replica->id);
-  }
-  auto body = replica_json(*replica);
-  body["removing"] = true;
-  return {202, body};
+  begin_removal(*replica);
+  return {ReplicaOpResult::Status::ok, view_of(*replica)};
 }
 
-nlohmann::json FleetManager::replica_json(const Replica& replica) const {
-  nlohmann::json j{{"id", replica.name},
-                   {"model", replica.model},
-                   {"url", replica.url.to_string()},
-                   {"state", health::to_string(tracker_.state(replica.id))},
-                   {"source", replica.registered ? "registration"
-                              : replica.local    ? "local"
-                                                 : "config"},
-                   {"slots", replica.slots},
-                   {"in_flight", scheduler_.in_flight(replica.id)},
-                   {"consecutive_failures", tracker_.consecutive_failures(replica.id)},
-                   {"requests", replica.requests},
-                   {"failures", replica.failures},
-                   {"tokens_per_second", replica.tokens_per_second}};
-  j["last_probe"] = replica.last_probe ? nlohmann::json(iso_time(*replica.last_probe)) : nullptr;
-  j["last_probe_seconds"] =
-      replica.last_probe ? nlohmann::json(replica.last_probe_seconds) : nlohmann::json(nullptr);
-  j["reported_slots_idle"] = replica.reported_slots_idle
-                                 ? nlohmann::json(*replica.reported_slots_idle)
-                                 : nlohmann::json(nullptr);
-  if (replica.registered) {
-    j["agent_version"] = replica.agent_version;
-    j["device"] = replica.device;
+ReplicaView FleetManager::view_of(const Replica& replica) const {
+  ReplicaView v;
+  v.id = replica.name;
+  v.model = replica.model;
+  v.url = replica.url.to_string();
+  v.state = tracker_.state(replica.id);
+  v.source = replica.source;
+  v.slots = replica.slots;
+  v.in_flight = scheduler_.in_flight(replica.id);
+  v.consecutive_failures = tracker_.consecutive_failures(replica.id);
+  v.requests = replica.requests;
+  v.failures = replica.failures;
+  v.tokens_per_second = replica.tokens_per_second;
+  v.last_probe = replica.last_probe;
+  v.last_probe_seconds = replica.last_probe_seconds;
+  v.last_probe_error = replica.last_probe_error;
+  v.model_check = replica.model_check;
+  v.reported_slots_idle = replica.reported_slots_idle;
+  v.removing = pending_removal(replica.id);
+  if (const Registration* r = book_.find(replica.id)) {
+    v.registered = true;
+    v.agent_version = r->agent_version;
+    v.device = r->device;
+    v.heartbeat_age_seconds =
+        std::chrono::duration<double>(Clock::now() - r->last_heartbeat).count();
   }
-  return j;
+  return v;
 }
 
-nlohmann::json FleetManager::replicas_json() const {
-  auto out = nlohmann::json::array();
+std::vector<ReplicaView> FleetManager::replicas() const {
+  std::vector<ReplicaView> out;
   for (const auto& replica : registry_.all()) {
-    out.push_back(replica_json(*replica));
+    out.push_back(view_of(*replica));
   }
   return out;
 }
 
-nlohmann::json FleetManager::fleet_json() const {
-  auto models = nlohmann::json::array();
-  const auto now = std::chrono::steady_clock::now();
+std::vector<ModelView> FleetManager::models() const {
+  std::vector<ModelView> out;
+  const auto now = Clock::now();
+  const auto all = registry_.all();
   for (const auto& model : config().models) {
-    std::size_t known = 0;
-    for (const auto& replica : registry_.all()) {
-      known += replica->model == model.name ? 1 : 0;
+    ModelView m;
+    m.model = model.name;
+    for (const auto& replica : all) {
+      m.registered += replica->model == model.name ? 1 : 0;
     }
-    const auto healthy = tracker_.healthy_count(model.name);
-    const auto desired = model.desired_replicas();
-    double oldest = 0;
+    m.healthy = tracker_.healthy_count(model.name);
+    m.desired = model.desired_replicas();
+    m.busy_slots = scheduler_.busy_slots(model.name);
+    m.free_slots = scheduler_.free_slots(model.name);
+    m.queue_depth = scheduler_.queue_depth(model.name);
     if (auto since = scheduler_.oldest_waiter_since(model.name)) {
-      oldest = std::chrono::duration<double>(now - *since).count();
+      m.oldest_queued_seconds = std::chrono::duration<double>(now - *since).count();
     }
-    models.push_back({{"model", model.name},
-                      {"desired", desired},
-                      {"registered", known},
-                      {"healthy", healthy},
-                      {"busy_slots", scheduler_.busy_slots(model.name)},
-                      {"free_slots", scheduler_.free_slots(model.name)},
-                      {"queue_depth", scheduler_.queue_depth(model.name)},
-                      {"oldest_queued_seconds", oldest},
-                      {"degraded", healthy < desired}});
+    m.degraded = m.healthy < m.desired;
+    out.push_back(std::move(m));
   }
-  return {{"models", models}};
+  return out;
+}
+
+RunningFleet FleetManager::running() const {
+  RunningFleet old;
+  old.models = models_;
+  for (const auto& replica : registry_.all()) {
+    if (replica->source == Source::config) {
+      old.statics.push_back({replica->id, replica->model, replica->url.to_string(),
+                             replica->configured_slots, pending_removal(replica->id)});
+    } else if (!pending_removal(replica->id)) {
+      old.other_urls.insert(replica->url.to_string());
+    }
+  }
+  if (local_ != nullptr) {
+    old.locals = local_->running();
+  }
+  return old;
 }
 
 void FleetManager::reload() {
+  net::resolver_for(executor_).set_cache_ttl(config().upstream.dns_cache_ttl);
   scheduler_.set_queue_max(config().routing.queue_max);
-  std::set<std::string> models;
-  std::map<std::string, std::pair<std::string, std::uint32_t>> wanted;  // url -> model, slots
-  for (const auto& model : config().models) {
-    models.insert(model.name);
-    scheduler_.add_model(model.name);
-    metrics_.declare_model(model.name);
-    for (const auto& endpoint : model.endpoints) {
-      wanted[endpoint.url.to_string()] = {model.name, endpoint.slots};
-    }
-  }
+  const ReloadPlan plan = plan_reload(running(), config());
+  apply_plan(plan);
   for (const auto& replica : registry_.all()) {
     tracker_.set_thresholds(replica->id, thresholds_for(replica->model));
-    if (!models.count(replica->model)) {
-      continue;  // handled with its model below
+  }
+  if (local_ != nullptr) {
+    local_->apply(plan.locals);
+  }
+}
+
+void FleetManager::apply_plan(const ReloadPlan& plan) {
+  for (const auto& model : config().models) {
+    scheduler_.add_model(model.name);
+    metrics_.declare_model(model.name);
+    models_.insert(model.name);
+  }
+  for (const auto& model : plan.add_models) {
+    log::info("model added", {{"model", model}});
+  }
+  for (ReplicaId id : plan.remove_statics) {
+    if (auto replica = registry_.find(id)) {
+      begin_removal(*replica);
     }
-    if (replica->registered || replica->local) {
+  }
+  for (const auto& keep : plan.keep_statics) {
+    auto replica = registry_.find(keep.id);
+    if (!replica) {
       continue;
     }
-    auto it = wanted.find(replica->url.to_string());
-    if (it == wanted.end() || it->second.first != replica->model) {
-      if (!pending_removal(replica->id)) {
-        remove(replica->name);
-      }
-    } else {
-      if (pending_removal(replica->id)) {
-        // Listed again before its removal finished: it stays, and probes prove it again.
-        removing_.erase(std::remove(removing_.begin(), removing_.end(), replica->id),
-                        removing_.end());
-        apply(tracker_.undrain(replica->id));
-      }
-      set_slots(*replica, it->second.second);
-      wanted.erase(it);
+    if (keep.restore) {
+      // Listed again before its removal finished: it stays, and probes prove it again.
+      removing_.erase(std::remove(removing_.begin(), removing_.end(), keep.id), removing_.end());
+      apply(tracker_.undrain(keep.id));
     }
+    replica->configured_slots = keep.slots;
+    set_slots(*replica, keep.slots);
   }
-  for (const auto& [url, target] : wanted) {
-    if (live_by_url(url)) {
-      continue;  // the same URL registered by an agent
-    }
-    add_replica(target.first, *net::parse_url(url), target.second, Source::config, State::healthy);
+  for (const auto& add : plan.add_statics) {
+    add_replica(add.model, add.url, add.slots, Source::config, State::healthy);
+  }
+  for (const auto& url : plan.shadowed_statics) {
+    log::warn("static endpoint not added: an agent's registration serves this URL", {{"url", url}});
   }
   // Models no longer configured: their replicas go, their queued requests are answered now.
-  for (const auto& replica : registry_.all()) {
-    if (!models.count(replica->model)) {
-      finish_removal(replica->id);
+  for (const auto& model : plan.remove_models) {
+    for (const auto& replica : registry_.all()) {
+      if (replica->model == model) {
+        finish_removal(replica->id);
+      }
     }
-  }
-  std::vector<std::string> gone_models;
-  for (const auto& model : models_) {
-    if (!models.count(model)) {
-      gone_models.push_back(model);
-    }
-  }
-  models_ = models;
-  for (const auto& model : gone_models) {
+    models_.erase(model);
     metrics_.forget_model(model);
     abandon_(scheduler_.remove_model(model));
     log::info("model removed", {{"model", model}});
@@ -580,7 +609,7 @@ void FleetManager::write_sd_file() const {
   // Agents (registered or local) serve their own /metrics on their public address.
   auto groups = nlohmann::json::array();
   for (const auto& replica : registry_.all()) {
-    if (!replica->registered && !replica->local) {
+    if (replica->source == Source::config) {
       continue;
     }
     groups.push_back({{"targets", {replica->url.host_header()}},

@@ -1,18 +1,15 @@
 #include "orchestrator/fleet/local_fleet.hpp"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
-#include <thread>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 
 #include "common/log/log.hpp"
 #include "common/net/url.hpp"
@@ -27,7 +24,8 @@ namespace asio = boost::asio;
 namespace {
 
 constexpr auto kMaxRestartDelay = std::chrono::seconds(30);
-constexpr auto kStopGrace = std::chrono::seconds(5);
+// Beyond an agent's own drain time (it finishes its requests after SIGTERM), before SIGKILL.
+constexpr auto kKillMargin = std::chrono::seconds(5);
 
 // A free loopback port: bind to port 0 and give it back. The agent binds it a moment later.
 std::uint16_t free_port(asio::any_io_executor executor) {
@@ -38,10 +36,25 @@ std::uint16_t free_port(asio::any_io_executor executor) {
   return probe.local_endpoint().port();
 }
 
-std::string format_scale(double v) {
+std::string format_number(double v) {
   char out[32];
   std::snprintf(out, sizeof out, "%g", v);
   return out;
+}
+
+std::uint32_t agent_slots(const config::ModelConfig* model,
+                          const config::LocalFleetConfig& settings) {
+  if (settings.slots != 0) {
+    return settings.slots;
+  }
+  if (const auto* profile = sim::find_profile(settings.profile)) {
+    return static_cast<std::uint32_t>(profile->slots);
+  }
+  return model != nullptr ? model->slots : 1;
+}
+
+std::string address_of(std::uint16_t port) {
+  return "127.0.0.1:" + std::to_string(port);
 }
 
 }  // namespace
@@ -64,10 +77,18 @@ LocalFleet::LocalFleet(asio::any_io_executor executor, const config::ConfigSourc
       configs_(configs),
       fleet_(fleet),
       agent_binary_(find_agent_binary()),
-      child_signals_(executor, SIGCHLD) {}
+      watcher_(executor) {
+  fleet_.attach_local_fleet(this);
+}
 
 LocalFleet::~LocalFleet() {
-  stop();
+  fleet_.attach_local_fleet(nullptr);
+  // Normally stop() ran and nothing is left; otherwise they drain by themselves (PDEATHSIG).
+  for (const auto& agent : agents_) {
+    if (agent->pid > 0) {
+      ::kill(-agent->pid, SIGTERM);
+    }
+  }
 }
 
 void LocalFleet::start() {
@@ -80,42 +101,84 @@ void LocalFleet::start() {
                                agent_binary_ + " (set FLEETGATE_AGENT_BIN to its path)");
     }
     for (std::uint32_t i = 0; i < model.local->count; ++i) {
-      auto agent = std::make_unique<Agent>();
-      agent->model = model.name;
-      agent->settings = *model.local;
-      agent->index = i;
-      agent->port = free_port(executor_);
-      agent->restart_timer = std::make_unique<asio::steady_timer>(executor_);
-      const auto* profile = sim::find_profile(model.local->profile);
-      std::uint32_t slots = model.local->slots != 0 ? model.local->slots
-                            : profile               ? static_cast<std::uint32_t>(profile->slots)
-                                                    : model.slots;
-      spawn(*agent);
-      net::Url url;
-      url.scheme = "http";
-      url.host = "127.0.0.1";
-      url.port = agent->port;
-      fleet_.add_local_replica(model.name, url, slots);
-      agents_.push_back(std::move(agent));
+      launch(model.name, i, *model.local);
     }
-  }
-  if (!agents_.empty()) {
-    wait_for_children();
   }
 }
 
+void LocalFleet::apply(const std::vector<ReloadPlan::LocalAction>& actions) {
+  using Kind = ReloadPlan::LocalAction::Kind;
+  for (const auto& action : actions) {
+    if (action.kind != Kind::start) {
+      if (Agent* agent = find_running(action.model, action.index)) {
+        log::info(action.kind == Kind::stop ? "local agent stopping (reload)"
+                                            : "local agent restarting with new settings (reload)",
+                  {{"model", agent->model}, {"address", address_of(agent->port)}});
+        retire(*agent);
+      }
+    }
+    if (action.kind == Kind::stop || stopping_) {
+      continue;
+    }
+    if (::access(agent_binary_.c_str(), X_OK) != 0) {
+      log::error("cannot start a local agent: the agent binary is missing",
+                 {{"model", action.model}, {"binary", agent_binary_}});
+      continue;
+    }
+    try {
+      launch(action.model, action.index, action.settings);
+    } catch (const std::exception& e) {
+      log::error("cannot start a local agent", {{"model", action.model}, {"error", e.what()}});
+    }
+  }
+}
+
+std::vector<RunningFleet::Local> LocalFleet::running() const {
+  std::vector<RunningFleet::Local> out;
+  for (const auto& agent : agents_) {
+    if (!agent->retiring) {
+      out.push_back({agent->model, agent->index, agent->settings});
+    }
+  }
+  return out;
+}
+
+void LocalFleet::launch(const std::string& model, std::uint32_t index,
+                        const config::LocalFleetConfig& settings) {
+  auto agent = std::make_unique<Agent>();
+  agent->serial = next_serial_++;
+  agent->model = model;
+  agent->settings = settings;
+  agent->index = index;
+  agent->port = free_port(executor_);
+  agent->restart_timer = std::make_unique<asio::steady_timer>(executor_);
+  Agent& a = *agent;
+  agents_.push_back(std::move(agent));
+  spawn(a);
+  net::Url url;
+  url.scheme = "http";
+  url.host = "127.0.0.1";
+  url.port = a.port;
+  a.replica = fleet_.add_local_replica(
+      model, url, agent_slots(configs_->current().find_model(model), settings));
+}
+
 void LocalFleet::spawn(Agent& agent) {
+  const double drain_s =
+      std::chrono::duration<double>(configs_->current().server.drain_timeout).count();
   std::vector<std::string> args = {agent_binary_,
                                    "--listen",
-                                   "127.0.0.1:" + std::to_string(agent.port),
+                                   address_of(agent.port),
                                    "--model",
                                    agent.model,
                                    "--profile",
                                    agent.settings.profile,
                                    "--time-scale",
-                                   format_scale(agent.settings.time_scale),
+                                   format_number(agent.settings.time_scale),
                                    "--seed",
                                    std::to_string(agent.index + 1),
+                                   "--drain-timeout",
+                                   format_number(drain_s),
                                    "--log-level",
                                    "warn"};
   if (agent.settings.slots != 0) {
@@ -125,92 +188,152 @@ void LocalFleet::spawn(Agent& agent) {
   const pid_t pid = spawn_child_process(std::move(args));
   if (pid < 0) {
     log::error("cannot start a local agent", {{"model", agent.model}, {"error", "fork failed"}});
+    schedule_restart(agent);
     return;
   }
   agent.pid = pid;
+  const auto serial = agent.serial;
+  watcher_.watch(pid, [this, serial](int status) { on_exit(serial, status); });
   log::info("local agent started", {{"model", agent.model},
-                                    {"address", "127.0.0.1:" + std::to_string(agent.port)},
+                                    {"address", address_of(agent.port)},
                                     {"pid", pid},
                                     {"profile", agent.settings.profile}});
 }
 
-void LocalFleet::wait_for_children() {
-  child_signals_.async_wait([this](boost::system::error_code ec, int) {
-    if (ec) {
-      return;
-    }
-    reap();
-    if (!stopping_) {
-      wait_for_children();
+void LocalFleet::on_exit(std::uint64_t serial, int wait_status) {
+  Agent* agent = find_serial(serial);
+  if (agent == nullptr) {
+    return;
+  }
+  agent->pid = -1;
+  if (agent->retiring || stopping_) {
+    log::info("local agent stopped",
+              {{"model", agent->model}, {"address", address_of(agent->port)}});
+    erase(serial);
+    finish_stop_if_done();
+    return;
+  }
+  log::warn("local agent exited; restarting", {{"model", agent->model},
+                                               {"address", address_of(agent->port)},
+                                               {"status", net::exit_code(wait_status)}});
+  schedule_restart(*agent);
+}
+
+void LocalFleet::schedule_restart(Agent& agent) {
+  const auto delay = std::min<std::chrono::seconds>(
+      std::chrono::seconds(1) * (1u << std::min<std::uint32_t>(agent.restarts, 5)),
+      kMaxRestartDelay);
+  ++agent.restarts;
+  log::info("local agent restart scheduled",
+            {{"model", agent.model}, {"restart_in_s", delay.count()}});
+  agent.restart_timer->expires_after(delay);
+  const auto serial = agent.serial;
+  agent.restart_timer->async_wait([this, serial](boost::system::error_code ec) {
+    Agent* a = ec ? nullptr : find_serial(serial);
+    if (a != nullptr && !a->retiring && !stopping_) {
+      spawn(*a);
     }
   });
 }
 
-void LocalFleet::reap() {
-  for (;;) {
-    int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) {
-      return;
-    }
-    auto it = std::find_if(agents_.begin(), agents_.end(),
-                           [pid](const auto& a) { return a->pid == pid; });
-    if (it == agents_.end()) {
-      continue;
-    }
-    Agent& agent = **it;
-    agent.pid = -1;
-    if (stopping_) {
-      continue;
-    }
-    const auto delay = std::min<std::chrono::seconds>(
-        std::chrono::seconds(1) * (1u << std::min<std::uint32_t>(agent.restarts, 5)),
-        kMaxRestartDelay);
-    ++agent.restarts;
-    log::warn("local agent exited; restarting",
-              {{"model", agent.model},
-               {"address", "127.0.0.1:" + std::to_string(agent.port)},
-               {"status", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)},
-               {"restart_in_s", delay.count()}});
-    agent.restart_timer->expires_after(delay);
-    agent.restart_timer->async_wait([this, &agent](boost::system::error_code ec) {
-      if (!ec && !stopping_) {
-        spawn(agent);
-      }
-    });
+void LocalFleet::retire(Agent& agent) {
+  agent.retiring = true;
+  agent.restart_timer->cancel();
+  // The fleet drains the replica and calls replica_removed once it is idle.
+  fleet_.remove_local_replica(agent.replica);
+}
+
+void LocalFleet::replica_removed(scheduling::ReplicaId id) {
+  auto it = std::find_if(agents_.begin(), agents_.end(),
+                         [id](const auto& a) { return a->replica == id; });
+  if (it == agents_.end()) {
+    return;
+  }
+  Agent& agent = **it;
+  agent.retiring = true;
+  agent.restart_timer->cancel();
+  if (agent.pid > 0) {
+    terminate(agent);
+  } else {
+    erase(agent.serial);
   }
 }
 
-void LocalFleet::stop() {
+void LocalFleet::terminate(Agent& agent) {
+  watcher_.terminate(agent.pid, stop_grace());
+}
+
+std::chrono::steady_clock::duration LocalFleet::stop_grace() const {
+  return configs_->current().server.drain_timeout + kKillMargin;
+}
+
+LocalFleet::Agent* LocalFleet::find_serial(std::uint64_t serial) {
+  for (const auto& agent : agents_) {
+    if (agent->serial == serial) {
+      return agent.get();
+    }
+  }
+  return nullptr;
+}
+
+LocalFleet::Agent* LocalFleet::find_running(const std::string& model, std::uint32_t index) {
+  for (const auto& agent : agents_) {
+    if (!agent->retiring && agent->model == model && agent->index == index) {
+      return agent.get();
+    }
+  }
+  return nullptr;
+}
+
+void LocalFleet::erase(std::uint64_t serial) {
+  agents_.erase(std::remove_if(agents_.begin(), agents_.end(),
+                               [serial](const auto& a) { return a->serial == serial; }),
+                agents_.end());
+}
+
+void LocalFleet::stop(std::function<void()> done) {
+  if (done) {
+    // A second caller (the drain deadline, then the drain's end) is told too.
+    on_stopped_ = [first = std::move(on_stopped_), then = std::move(done)] {
+      if (first) {
+        first();
+      }
+      then();
+    };
+  }
   if (stopping_) {
+    finish_stop_if_done();
     return;
   }
   stopping_ = true;
-  child_signals_.cancel();
   for (auto& agent : agents_) {
     agent->restart_timer->cancel();
-    if (agent->pid > 0) {
-      ::kill(agent->pid, SIGTERM);
-    }
   }
-  const auto deadline = std::chrono::steady_clock::now() + kStopGrace;
+  // Agents without a process (waiting for a restart) are done already.
+  agents_.erase(
+      std::remove_if(agents_.begin(), agents_.end(), [](const auto& a) { return a->pid <= 0; }),
+      agents_.end());
   for (auto& agent : agents_) {
-    while (agent->pid > 0) {
-      int status = 0;
-      pid_t r = ::waitpid(agent->pid, &status, WNOHANG);
-      if (r == agent->pid || (r < 0 && errno == ECHILD)) {
-        agent->pid = -1;
-        break;
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(agent->pid, SIGKILL);
-        ::waitpid(agent->pid, &status, 0);
-        agent->pid = -1;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    terminate(*agent);
   }
+  finish_stop_if_done();
+}
+
+void LocalFleet::finish_stop_if_done() {
+  if (!stopping_ || !agents_.empty() || !on_stopped_) {
+    return;
+  }
+  auto done = std::move(on_stopped_);
+  on_stopped_ = nullptr;
+  done();
+}
+
+void LocalFleet::kill_now() {
+  stopping_ = true;
+  for (auto& agent : agents_) {
+    agent->restart_timer->cancel();
+  }
+  watcher_.kill_all();
 }
 
 }  // namespace fg::fleet

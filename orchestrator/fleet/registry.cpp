@@ -24,15 +24,6 @@ std::shared_ptr<Replica> Registry::find(ReplicaId id) const {
   return it == replicas_.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<Replica> Registry::find_by_url(const std::string& normalised_url) const {
-  for (const auto& [id, replica] : replicas_) {
-    if (replica->url.to_string() == normalised_url) {
-      return replica;
-    }
-  }
-  return nullptr;
-}
-
 void Registry::remove(ReplicaId id) {
   auto it = replicas_.find(id);
   if (it == replicas_.end()) {

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/net/conn.hpp"
 #include "common/net/url.hpp"
+#include "orchestrator/fleet/registrations.hpp"
+#include "orchestrator/health/probe_body.hpp"
 #include "orchestrator/scheduling/scheduler.hpp"
 
 namespace fg::fleet {
@@ -35,19 +35,20 @@ struct Replica {
   std::string model;
   net::Url url;
   std::uint32_t slots = 1;
-  bool registered = false;  // came from an agent's registration (else from the YAML)
-  bool local = false;       // a simulated phone the gateway started itself
-  bool removed = false;     // out of the registry; in-flight work may still hold it
-  std::string agent_version;
-  nlohmann::json device = nlohmann::json::object();
+  Source source = Source::config;
+  // A static endpoint's slots in the YAML (0 for the others): a registration on its URL may ask
+  // for fewer, never more. (Its own /health's slots_total is the phone's word and counts.)
+  std::uint32_t configured_slots = 0;
+  bool removed = false;  // out of the registry; in-flight work may still hold it
   std::deque<IdleConn> idle;
 
   // Observations for the admin API and metrics.
   std::uint64_t requests = 0;
   std::uint64_t failures = 0;
-  std::optional<Clock::time_point> last_heartbeat;
   std::optional<std::chrono::system_clock::time_point> last_probe;
   double last_probe_seconds = 0;
+  std::string last_probe_error;  // "" after a passing probe
+  health::ModelCheck model_check = health::ModelCheck::unverified;
   std::optional<std::uint32_t> reported_slots_idle;
   double tokens_per_second = 0;  // completion tokens per second of recent requests
 
@@ -59,7 +60,6 @@ class Registry {
  public:
   std::shared_ptr<Replica> add(const std::string& model, const net::Url& url, std::uint32_t slots);
   std::shared_ptr<Replica> find(ReplicaId id) const;
-  std::shared_ptr<Replica> find_by_url(const std::string& normalised_url) const;
   // Forgets the replica; holders of the shared_ptr (in-flight requests) keep it alive.
   void remove(ReplicaId id);
   std::vector<std::shared_ptr<Replica>> all() const;

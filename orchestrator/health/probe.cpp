@@ -1,7 +1,6 @@
 #include "orchestrator/health/probe.hpp"
 
 #include <boost/beast/http/error.hpp>
-#include <nlohmann/json.hpp>
 
 #include "common/net/http_io.hpp"
 
@@ -15,30 +14,8 @@ namespace {
 constexpr std::size_t kMaxProbeBody = 64 * 1024;
 }
 
-void parse_health_body(std::string_view body, ProbeOutcome* outcome) {
-  auto doc = nlohmann::json::parse(body, nullptr, false);
-  if (!doc.is_object()) {
-    return;
-  }
-  auto read = [&](const char* key) -> std::optional<std::uint32_t> {
-    auto it = doc.find(key);
-    if (it != doc.end() && it->is_number_unsigned()) {
-      auto v = it->get<std::uint64_t>();
-      if (v <= 1024) {
-        return static_cast<std::uint32_t>(v);
-      }
-    }
-    return std::nullopt;
-  };
-  outcome->slots_total = read("slots_total");
-  outcome->slots_idle = read("slots_idle");
-  if (outcome->slots_total && *outcome->slots_total == 0) {
-    outcome->slots_total.reset();
-  }
-}
-
-asio::awaitable<ProbeOutcome> probe_once(net::Url url, std::string path, asio::ssl::context* tls,
-                                         std::chrono::milliseconds timeout,
+asio::awaitable<ProbeOutcome> probe_once(net::Url url, std::string path, std::string expected_model,
+                                         asio::ssl::context* tls, std::chrono::milliseconds timeout,
                                          std::string authorization,
                                          std::unique_ptr<net::Conn>* conn) {
   ProbeOutcome outcome;
@@ -99,18 +76,25 @@ asio::awaitable<ProbeOutcome> probe_once(net::Url url, std::string path, asio::s
     c.expires_never();
   }
   const unsigned status = parser.status();
-  if (status == 200) {
-    outcome.result = ProbeResult::pass;
-    parse_health_body(body, &outcome);
+  const bool loading = status == 503 && (body.find("Loading model") != std::string::npos ||
+                                         body.find("\"loading\"") != std::string::npos);
+  if (status != 200 && !loading) {
+    outcome.result = ProbeResult::fail;
+    outcome.error = "HTTP " + std::to_string(status);
     co_return outcome;
   }
-  if (status == 503 && (body.find("Loading model") != std::string::npos ||
-                        body.find("\"loading\"") != std::string::npos)) {
-    outcome.result = ProbeResult::loading;
+  const ProbeBody facts = parse_probe_body(body, expected_model);
+  outcome.model = facts.model;
+  if (facts.model == ModelCheck::mismatch) {
+    outcome.result = ProbeResult::fail;
+    outcome.error = "serves model " + facts.served + ", not " + expected_model;
     co_return outcome;
   }
-  outcome.result = ProbeResult::fail;
-  outcome.error = "HTTP " + std::to_string(status);
+  outcome.result = loading ? ProbeResult::loading : ProbeResult::pass;
+  if (!loading) {
+    outcome.slots_total = facts.slots_total;
+    outcome.slots_idle = facts.slots_idle;
+  }
   co_return outcome;
 }
 

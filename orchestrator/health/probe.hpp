@@ -11,6 +11,7 @@
 #include "common/net/conn.hpp"
 #include "common/net/url.hpp"
 #include "orchestrator/health/health_tracker.hpp"
+#include "orchestrator/health/probe_body.hpp"
 
 namespace fg::health {
 
@@ -19,19 +20,19 @@ struct ProbeOutcome {
   double seconds = 0;
   std::optional<std::uint32_t> slots_total;  // from a Fleetgate agent's /health
   std::optional<std::uint32_t> slots_idle;
-  std::string error;  // why it failed ("timeout", "HTTP 500", ...), never a body
+  // What the body says about the model: a mismatch fails the probe (error says what it serves).
+  ModelCheck model = ModelCheck::unverified;
+  std::string
+      error;  // why it failed ("timeout", "HTTP 500", "serves model x, not y"), never a body
 };
 
 // One active probe: GET {url}{path}. 200 passes; a 503 saying the model is loading (llama.cpp's
-// "Loading model", an agent's {"status":"loading"}) is `loading`; anything else fails. Never
-// generates tokens. *conn is a keep-alive connection kept between probes (reset on failure).
-boost::asio::awaitable<ProbeOutcome> probe_once(net::Url url, std::string path,
-                                                boost::asio::ssl::context* tls,
-                                                std::chrono::milliseconds timeout,
-                                                std::string authorization,
-                                                std::unique_ptr<net::Conn>* conn);
-
-// Reads an agent's slot report from a /health body: {"slots_total":N,"slots_idle":M}. Pure.
-void parse_health_body(std::string_view body, ProbeOutcome* outcome);
+// "Loading model", an agent's {"status":"loading"}) is `loading`; anything else fails. A body
+// naming another model than expected_model (an agent's /health, a server's /v1/models) fails
+// with that reason. Never generates tokens. *conn is a keep-alive connection kept between probes
+// (reset on failure).
+boost::asio::awaitable<ProbeOutcome> probe_once(
+    net::Url url, std::string path, std::string expected_model, boost::asio::ssl::context* tls,
+    std::chrono::milliseconds timeout, std::string authorization, std::unique_ptr<net::Conn>* conn);
 
 }  // namespace fg::health

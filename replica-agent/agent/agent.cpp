@@ -96,7 +96,7 @@ void Agent::begin_shutdown(int signal_number) {
     log::warn("second signal: stopping now", {{"signal", signal_number}});
     ctx_->sessions.close_all();
     if (engine_) {
-      engine_->stop();
+      engine_->kill_now();
     }
     io_.stop();
     return;
@@ -132,13 +132,18 @@ void Agent::finish() {
   finishing_ = true;
   listener_->stop();
   drain_timer_.cancel();
+  auto deregister_and_stop = [this] {
+    if (registrar_) {
+      registrar_->stop_and_deregister([this] { io_.stop(); });
+    } else {
+      io_.stop();
+    }
+  };
+  // The engine's exit is awaited on the io thread (it may take its SIGKILL grace).
   if (engine_) {
-    engine_->stop();
-  }
-  if (registrar_) {
-    registrar_->stop_and_deregister([this] { io_.stop(); });
+    engine_->stop(deregister_and_stop);
   } else {
-    io_.stop();
+    deregister_and_stop();
   }
 }
 
@@ -173,7 +178,7 @@ int Agent::run() {
   // call back into the listener then.
   ctx_->sessions.forget_drain_callback();
   if (engine_) {
-    engine_->stop();
+    engine_->kill_now();
   }
   log::info("stopped");
   return 0;

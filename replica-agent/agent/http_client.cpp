@@ -18,7 +18,8 @@ constexpr std::uint64_t kMaxBody = 1024 * 1024;
 
 asio::awaitable<HttpResult> http_call(net::Url base, std::string method, std::string path,
                                       std::string bearer, std::string json_body,
-                                      asio::ssl::context* tls, std::chrono::milliseconds timeout) {
+                                      asio::ssl::context* tls, std::chrono::milliseconds timeout,
+                                      HttpHeaders headers) {
   HttpResult result;
   const auto deadline = Clock::now() + timeout;
   auto connected = co_await net::connect_to(base, tls, timeout);
@@ -35,6 +36,9 @@ asio::awaitable<HttpResult> http_call(net::Url base, std::string method, std::st
                         "\r\nAccept: application/json\r\nConnection: close\r\n";
   if (!bearer.empty()) {
     request += "Authorization: Bearer " + bearer + "\r\n";
+  }
+  for (const auto& [name, value] : headers) {
+    request += name + ": " + value + "\r\n";
   }
   if (!json_body.empty() || method == "POST") {
     request +=

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "common/util/json.hpp"
+
 namespace fg::agent::autotune {
 
 namespace {
@@ -167,7 +169,7 @@ std::optional<Speeds> parse_timings(const std::string& body, std::string* why) {
       *why = text;
     }
   };
-  auto doc = nlohmann::json::parse(body, nullptr, false);
+  auto doc = parse_network_json(body);
   if (!doc.is_object()) {
     set_why("the answer is not a JSON object");
     return std::nullopt;

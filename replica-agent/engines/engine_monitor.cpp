@@ -1,14 +1,7 @@
 #include "replica-agent/engines/engine_monitor.hpp"
 
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <thread>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -18,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log/log.hpp"
+#include "common/util/json.hpp"
 #include "common/util/process.hpp"
 #include "replica-agent/agent/http_client.hpp"
 #include "replica-agent/registration/backoff.hpp"
@@ -39,7 +33,6 @@ constexpr std::chrono::milliseconds kAutotuneLoadTimeout{5 * 60 * 1000};
 constexpr std::chrono::milliseconds kAutotuneJobTimeout{15 * 60 * 1000};
 constexpr std::uint32_t kWarmupPromptTokens = 8;
 constexpr std::uint32_t kWarmupPredictTokens = 2;
-constexpr std::chrono::milliseconds kReapPoll{20};
 
 nlohmann::json optional_json(const std::optional<std::uint32_t>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
@@ -52,7 +45,7 @@ std::string call_error(const char* what, const HttpResult& r) {
     return std::string(what) + ": " + r.error;
   }
   std::string text = std::string(what) + ": HTTP " + std::to_string(r.status);
-  auto doc = nlohmann::json::parse(r.body, nullptr, false);
+  auto doc = parse_network_json(r.body);
   if (doc.is_object() && doc.contains("error") && doc["error"].is_object() &&
       doc["error"].contains("message") && doc["error"]["message"].is_string()) {
     text += " (" + doc["error"]["message"].get<std::string>() + ")";
@@ -62,7 +55,7 @@ std::string call_error(const char* what, const HttpResult& r) {
 
 // total_slots of llama-server's GET /props; 0 when absent or out of range.
 std::size_t total_slots(const std::string& body) {
-  auto doc = nlohmann::json::parse(body, nullptr, false);
+  auto doc = parse_network_json(body);
   if (!doc.is_object()) {
     return 0;
   }
@@ -79,15 +72,16 @@ std::size_t total_slots(const std::string& body) {
 EngineMonitor::EngineMonitor(asio::any_io_executor executor, AgentContext* ctx)
     : executor_(executor),
       ctx_(ctx),
-      child_signals_(executor, SIGCHLD),
+      watcher_(executor),
       restart_timer_(executor),
+      candidate_exit_(executor),
       slots_known_(ctx->config.slots.has_value() ||
                    ctx->config.engine.kind != EngineKind::llama_server),
       command_(ctx->config.engine.command),
       rng_(std::random_device{}()) {}
 
 EngineMonitor::~EngineMonitor() {
-  stop();
+  kill_now();
 }
 
 void EngineMonitor::start() {
@@ -144,7 +138,6 @@ asio::awaitable<void> EngineMonitor::run(EngineMonitor* self) {
     }
   }
   if (!self->command_.empty()) {
-    self->wait_for_child();
     self->spawn_child();
   }
   co_await probe_loop(self);
@@ -227,6 +220,8 @@ asio::awaitable<autotune::Result> EngineMonitor::try_candidate(EngineMonitor* se
     co_return result;
   }
   self->pid_ = pid;
+  self->candidate_exited_ = false;
+  self->watcher_.watch(pid, [self, pid](int status) { self->on_candidate_exit(pid, status); });
   log::info("autotune: engine started", {{"pid", pid},
                                          {"threads", optional_json(candidate.threads)},
                                          {"batch_size", optional_json(candidate.batch_size)}});
@@ -266,9 +261,7 @@ asio::awaitable<autotune::Result> EngineMonitor::try_candidate(EngineMonitor* se
     }
   }
   // A candidate that is gone was not what answered (another server holding the port, say).
-  int status = 0;
-  if (self->pid_ == pid && ::waitpid(pid, &status, WNOHANG) == pid) {
-    self->pid_ = -1;
+  if (self->candidate_exited_) {
     if (result.measured || result.error.empty()) {
       result.measured = false;
       result.error = "the engine exited during the measurement (another server on its port?)";
@@ -291,10 +284,8 @@ asio::awaitable<bool> EngineMonitor::wait_until_loaded(EngineMonitor* self, std:
       *why = "stopped";
       co_return false;
     }
-    int status = 0;
-    if (::waitpid(self->pid_, &status, WNOHANG) == self->pid_) {
-      self->pid_ = -1;
-      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (self->candidate_exited_) {
+      const int code = net::exit_code(self->candidate_status_);
       *why = "the engine exited with status " + std::to_string(code) + " before it was ready" +
              (code == 127 ? " (command not found)" : "");
       co_return false;
@@ -318,33 +309,17 @@ asio::awaitable<bool> EngineMonitor::wait_until_loaded(EngineMonitor* self, std:
 }
 
 asio::awaitable<void> EngineMonitor::stop_candidate(EngineMonitor* self) {
-  if (self->pid_ <= 0 || self->stopped_) {
-    co_return;  // already reaped (it exited, or stop() took care of it)
+  if (self->pid_ <= 0 || self->candidate_exited_ || self->stopped_) {
+    co_return;  // already gone (it exited, or stop() took care of it)
   }
   const pid_t pid = self->pid_;
-  ::kill(-pid, SIGTERM);
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  const auto deadline = std::chrono::steady_clock::now() + kStopGrace;
-  bool killed = false;
-  for (;;) {
-    int status = 0;
-    const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid || (r < 0 && errno == ECHILD)) {
-      break;
+  self->watcher_.terminate(pid, kStopGrace);
+  while (!self->candidate_exited_) {
+    self->candidate_exit_.expires_at(std::chrono::steady_clock::time_point::max());
+    co_await self->candidate_exit_.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (self->stopped_) {
+      co_return;  // stop() waits for it
     }
-    if (!killed && std::chrono::steady_clock::now() > deadline) {
-      log::warn("autotune: engine did not stop in time: killing it", {{"pid", pid}});
-      ::kill(-pid, SIGKILL);
-      killed = true;
-    }
-    timer.expires_after(kReapPoll);
-    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-    if (ec || self->stopped_) {
-      co_return;  // stop() reaps it
-    }
-  }
-  if (self->pid_ == pid) {
-    self->pid_ = -1;
   }
   log::info("autotune: engine stopped", {{"pid", pid}});
 }
@@ -383,75 +358,82 @@ void EngineMonitor::spawn_child() {
     return;
   }
   pid_ = pid;
+  watcher_.watch(pid, [this](int status) { on_child_exit(status); });
   log::info("engine started", {{"command", args[0]}, {"pid", pid}, {"restarts", restarts_}});
 }
 
-void EngineMonitor::wait_for_child() {
-  child_signals_.async_wait([this](boost::system::error_code ec, int) {
-    if (ec || stopped_) {
-      return;
+void EngineMonitor::on_child_exit(int wait_status) {
+  const pid_t pid = pid_;
+  pid_ = -1;
+  if (stopped_) {
+    log::info("engine stopped", {{"pid", pid}});
+    finish_stop();
+    return;
+  }
+  ctx_->engine_ready = false;
+  const int code = net::exit_code(wait_status);
+  const auto delay = backoff_delay(restarts_, static_cast<double>(rng_() >> 11) * 0x1.0p-53);
+  ++restarts_;
+  log::warn("engine exited; restarting", {{"status", code},
+                                          {"restart_in_ms", delay.count()},
+                                          {"hint", code == 127 ? "command not found" : ""}});
+  restart_timer_.expires_after(delay);
+  restart_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec && !stopped_) {
+      spawn_child();
     }
-    reap();
-    wait_for_child();
   });
 }
 
-void EngineMonitor::reap() {
-  for (;;) {
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) {
-      return;
-    }
-    if (pid != pid_) {
-      continue;
-    }
+void EngineMonitor::on_candidate_exit(pid_t pid, int wait_status) {
+  if (pid_ == pid) {
     pid_ = -1;
-    ctx_->engine_ready = false;
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    const auto delay = backoff_delay(restarts_, static_cast<double>(rng_() >> 11) * 0x1.0p-53);
-    ++restarts_;
-    log::warn("engine exited; restarting", {{"status", code},
-                                            {"restart_in_ms", delay.count()},
-                                            {"hint", code == 127 ? "command not found" : ""}});
-    restart_timer_.expires_after(delay);
-    restart_timer_.async_wait([this](boost::system::error_code ec) {
-      if (!ec && !stopped_) {
-        spawn_child();
-      }
-    });
+  }
+  candidate_exited_ = true;
+  candidate_status_ = wait_status;
+  candidate_exit_.cancel();
+  if (stopped_) {
+    finish_stop();
   }
 }
 
-void EngineMonitor::stop() {
-  if (stopped_) {
-    return;
+void EngineMonitor::stop(std::function<void()> done) {
+  if (done) {
+    on_stopped_ = [first = std::move(on_stopped_), then = std::move(done)] {
+      if (first) {
+        first();
+      }
+      then();
+    };
   }
+  if (!stopped_) {
+    stopped_ = true;
+    stop_probe_.emit(asio::cancellation_type::terminal);
+    restart_timer_.cancel();
+    candidate_exit_.cancel();
+    if (pid_ > 0) {
+      watcher_.terminate(pid_, kStopGrace);
+      return;  // on_child_exit or on_candidate_exit finishes
+    }
+  }
+  if (pid_ <= 0) {
+    finish_stop();
+  }
+}
+
+void EngineMonitor::finish_stop() {
+  if (auto done = std::move(on_stopped_)) {
+    on_stopped_ = nullptr;
+    done();
+  }
+}
+
+void EngineMonitor::kill_now() {
   stopped_ = true;
   stop_probe_.emit(asio::cancellation_type::terminal);
   restart_timer_.cancel();
-  child_signals_.cancel();
-  if (pid_ <= 0) {
-    return;
-  }
-  ::kill(-pid_, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + kStopGrace;
-  int status = 0;
-  for (;;) {
-    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_ || (r < 0 && errno == ECHILD)) {
-      break;
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      log::warn("engine did not stop in time: killing it", {{"pid", pid_}});
-      ::kill(-pid_, SIGKILL);
-      ::waitpid(pid_, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  log::info("engine stopped", {{"pid", pid_}});
-  pid_ = -1;
+  candidate_exit_.cancel();
+  watcher_.kill_all();
 }
 
 }  // namespace fg::agent

@@ -11,7 +11,7 @@
 
 #include "common/log/log.hpp"
 #include "common/net/server.hpp"
-#include "replica-agent/agent/http_client.hpp"
+#include "common/util/json.hpp"
 #include "replica-agent/registration/backoff.hpp"
 
 namespace fg::agent {
@@ -23,6 +23,22 @@ namespace {
 constexpr auto kCallTimeout = std::chrono::seconds(10);
 constexpr auto kDeregisterTimeout = std::chrono::seconds(5);
 constexpr std::chrono::milliseconds kMinInterval{200};
+constexpr std::string_view kSecretHeader = "Fleetgate-Replica-Secret";
+constexpr std::size_t kMaxSecret = 256;
+
+// A secret goes into a header of our own requests: printable ASCII, no spaces, bounded.
+bool usable_secret(const std::string& s) {
+  if (s.empty() || s.size() > kMaxSecret) {
+    return false;
+  }
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u >= 0x7f) {
+      return false;
+    }
+  }
+  return true;
+}
 
 double unit_draw(std::mt19937_64& rng) {
   return static_cast<double>(rng() >> 11) * 0x1.0p-53;
@@ -76,17 +92,39 @@ std::string Registrar::registration_body() const {
   return body.dump();
 }
 
+HttpHeaders Registrar::identity() const {
+  if (secret_.empty()) {
+    return {};
+  }
+  return {{std::string(kSecretHeader), secret_}};
+}
+
+void Registrar::forget_registration() {
+  id_.clear();
+  secret_.clear();
+}
+
 asio::awaitable<bool> Registrar::register_once(Registrar* self) {
   const auto slots = static_cast<std::uint32_t>(self->ctx_->admission.total());
   std::string body = self->registration_body();
   std::string path = "/admin/v1/replicas/register";
+  // An update of the registration this agent holds (same id) needs its secret.
   auto r = co_await http_call(self->gateway_, "POST", path, self->token_, body,
-                              self->ctx_->client_tls.get(), kCallTimeout);
+                              self->ctx_->client_tls.get(), kCallTimeout, self->identity());
   if (r.answered && r.status == 200) {
-    auto doc = nlohmann::json::parse(r.body, nullptr, false);
+    auto doc = parse_network_json(r.body);
     auto id = doc.is_object() ? doc.find("id") : doc.end();
     if (doc.is_object() && id != doc.end() && id->is_string() && !id->get<std::string>().empty()) {
       self->id_ = id->get<std::string>();
+      self->secret_.clear();
+      if (auto secret = doc.find("secret"); secret != doc.end() && secret->is_string()) {
+        if (usable_secret(secret->get<std::string>())) {
+          self->secret_ = secret->get<std::string>();
+        } else {
+          log::error("the gateway sent an unusable replica secret; heartbeats will be refused",
+                     {{"gateway", self->gateway_.to_string()}});
+        }
+      }
       self->registered_slots_ = slots;
       if (auto s = doc.find("heartbeat_interval_s"); s != doc.end() && s->is_number()) {
         auto ms = std::chrono::milliseconds(static_cast<std::int64_t>(s->get<double>() * 1000));
@@ -103,9 +141,10 @@ asio::awaitable<bool> Registrar::register_once(Registrar* self) {
     }
   }
   // 4xx: the gateway refused (token, URL, model); retrying with back-off lets an operator fix
-  // the gateway's configuration without restarting the phone.
-  const auto level =
-      r.answered && r.status >= 400 && r.status < 500 ? log::Level::error : log::Level::warn;
+  // the gateway's configuration without restarting the phone. 409 is expected after a restart:
+  // this agent's previous registration holds the URL until it misses its heartbeats.
+  const bool refused = r.answered && r.status >= 400 && r.status < 500 && r.status != 409;
+  const auto level = refused ? log::Level::error : log::Level::warn;
   nlohmann::json reason = r.answered ? nlohmann::json(r.body.substr(0, 300)) : nullptr;
   log::write(level, "registration failed",
              {{"gateway", self->gateway_.to_string()},
@@ -136,15 +175,18 @@ asio::awaitable<void> Registrar::loop(Registrar* self) {
       co_return;
     }
     if (self->ctx_->admission.total() != self->registered_slots_) {
+      // Registering again with the secret updates the same entry.
       log::info("slot count changed: registering again",
                 {{"slots", self->ctx_->admission.total()}});
-      self->id_.clear();
+      if (!co_await register_once(self)) {
+        ++self->failures_;
+      }
       continue;
     }
     std::string path = "/admin/v1/replicas/" + self->id_ + "/heartbeat";
     std::string no_body;
     auto r = co_await http_call(self->gateway_, "POST", path, self->token_, no_body,
-                                self->ctx_->client_tls.get(), kCallTimeout);
+                                self->ctx_->client_tls.get(), kCallTimeout, self->identity());
     if (r.answered && r.status == 200) {
       if (self->failures_ != 0) {
         log::info("gateway reachable again", {{"gateway", self->gateway_.to_string()}});
@@ -155,8 +197,16 @@ asio::awaitable<void> Registrar::loop(Registrar* self) {
     if (r.answered && r.status == 404) {
       log::warn("the gateway does not know this replica (restarted?): registering again",
                 {{"id", self->id_}});
-      self->id_.clear();
+      self->forget_registration();
       self->failures_ = 0;
+      continue;
+    }
+    if (r.answered && r.status == 403) {
+      log::error(
+          "the gateway refused this replica's secret (its registration was taken over?): "
+          "registering again",
+          {{"id", self->id_}});
+      self->forget_registration();
       continue;
     }
     ++self->failures_;
@@ -183,13 +233,13 @@ asio::awaitable<void> Registrar::deregister(Registrar* self, std::function<void(
   std::string path = "/admin/v1/replicas/" + self->id_ + "/deregister";
   std::string no_body;
   auto r = co_await http_call(self->gateway_, "POST", path, self->token_, no_body,
-                              self->ctx_->client_tls.get(), kDeregisterTimeout);
+                              self->ctx_->client_tls.get(), kDeregisterTimeout, self->identity());
   if (r.answered && (r.status == 200 || r.status == 202 || r.status == 404)) {
     log::info("deregistered from the gateway", {{"id", self->id_}, {"status", r.status}});
   } else {
     log::warn("deregistration failed", {{"id", self->id_}, {"error", describe(r)}});
   }
-  self->id_.clear();
+  self->forget_registration();
   done();
 }
 

@@ -1,10 +1,12 @@
 // fleetgate-agent registering with a gateway: against a fake gateway (registration body and
-// token, heartbeats at the returned interval, re-registration after a 404, back-off while the
-// gateway is down without ever stopping serving, deregistration on SIGTERM) and against the real
+// token, the replica secret sent back on heartbeats and the deregistration, heartbeats at the
+// returned interval, re-registration after a 404 or a refused secret, back-off while the gateway
+// is down without ever stopping serving, deregistration on SIGTERM) and against the real
 // fleetgate (it joins, receives traffic through the gateway, and SIGTERM drains and removes it).
 //
 // Binaries: $FLEETGATE_AGENT_BIN and $FLEETGATE_BIN (default build/bin/...).
 import { test, describe, before, after } from 'node:test';
+import crypto from 'node:crypto';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -13,7 +15,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 
-import { REPO_ROOT, eventually, request, sleep, startGateway } from './lib/gateway.mjs';
+import { REPO_ROOT, eventually, request, startGateway } from './lib/gateway.mjs';
 import { ADMIN_TOKEN, FAST_HEALTH, REGISTRATION_TOKEN, TOKEN_ENV, replicaByUrl, waitForState } from './lib/lifecycle_util.mjs';
 import { startAgent as launchAgent, stopAgent, freePort } from './lib/agent.mjs';
 
@@ -26,11 +28,12 @@ const startAgent = (args, env = {}) => launchAgent(args, { env });
 const chat = (content = 'is this a fraud?') => ({ model: MODEL, messages: [{ role: 'user', content }] });
 
 // A fake gateway admin listener: /admin/v1/replicas/register, /{id}/heartbeat, /{id}/deregister.
+// Registration hands out a secret; heartbeats and the deregistration must send it back.
 class FakeGateway {
   constructor({ intervalS = 0.3 } = {}) {
     this.intervalS = intervalS;
-    this.calls = []; // {kind, id, auth, body, at}
-    this.known = new Set();
+    this.calls = []; // {kind, id, auth, secret, body, at}
+    this.known = new Map(); // id -> secret
     this.next = 1;
     this.server = http.createServer((req, res) => {
       let body = '';
@@ -68,17 +71,22 @@ class FakeGateway {
     }
     const kind = m[1] ?? m[3];
     const id = m[2];
-    this.calls.push({ kind, id, auth, body: body ? JSON.parse(body) : null, at: Date.now() });
+    const secret = req.headers['fleetgate-replica-secret'];
+    this.calls.push({ kind, id, auth, secret, body: body ? JSON.parse(body) : null, at: Date.now() });
     if (auth !== `Bearer ${REGISTRATION_TOKEN}`) {
       return send(401, { error: { message: 'bad token' } });
     }
     if (kind === 'register') {
       const newId = `r${this.next++}`;
-      this.known.add(newId);
-      return send(200, { id: newId, heartbeat_interval_s: this.intervalS });
+      const newSecret = crypto.randomBytes(32).toString('hex');
+      this.known.set(newId, newSecret);
+      return send(200, { id: newId, secret: newSecret, heartbeat_interval_s: this.intervalS });
     }
     if (!this.known.has(id)) {
       return send(404, { error: { message: 'unknown replica' } });
+    }
+    if (secret !== this.known.get(id)) {
+      return send(403, { error: { message: 'wrong replica secret', code: 'invalid_replica_secret' } });
     }
     if (kind === 'deregister') {
       this.known.delete(id);
@@ -111,6 +119,7 @@ describe('registration with a fake gateway', () => {
     await eventually(() => gateway.of('heartbeat').length >= 3, { timeoutMs: 5000, what: 'three heartbeats' });
     const [reg] = gateway.of('register');
     assert.equal(reg.auth, `Bearer ${REGISTRATION_TOKEN}`);
+    assert.equal(reg.secret, undefined, 'a first registration has no secret to send');
     assert.equal(reg.body.url, `http://127.0.0.1:${port}`);
     assert.equal(reg.body.model, MODEL);
     assert.equal(reg.body.slots, 1);
@@ -120,8 +129,12 @@ describe('registration with a fake gateway', () => {
     assert.equal(typeof reg.body.device.cpu_model, 'string');
     const beats = gateway.of('heartbeat');
     assert.ok(beats.every((b) => b.id === 'r1' && b.auth === `Bearer ${REGISTRATION_TOKEN}`));
+    assert.ok(beats.every((b) => b.secret === gateway.known.get('r1')), 'each heartbeat carries the secret');
+    // At the returned interval: never sooner (timers do not fire early; later is the machine's load).
     const gaps = beats.slice(1).map((b, i) => b.at - beats[i].at);
-    assert.ok(gaps.every((g) => g >= 250 && g < 1000), `heartbeats every ~300 ms: ${gaps}`);
+    assert.ok(gaps.every((g) => g >= 250), `heartbeats 300 ms apart: ${gaps}`);
+    assert.ok(agent.logs.some((l) => l.msg === 'registered with the gateway' && l.heartbeat_interval_ms === 300));
+    assert.ok(!agent.logs.some((l) => JSON.stringify(l).includes(gateway.known.get('r1'))), 'the secret is never logged');
     const h = (await request(`${agent.base}/health`)).json;
     assert.deepEqual(h.device, reg.body.device, '/health shows the same device facts');
   });
@@ -132,21 +145,39 @@ describe('registration with a fake gateway', () => {
     await eventually(() => gateway.of('register').length > registrations, { timeoutMs: 3000, what: 'a new registration' });
     await eventually(() => gateway.of('heartbeat').some((b) => b.id === 'r2'), { timeoutMs: 3000, what: 'heartbeats with the new id' });
     assert.ok(agent.logs.some((l) => /registering again/.test(l.msg ?? '')));
+    const again = gateway.of('register').at(-1);
+    assert.equal(again.secret, undefined, 'the forgotten registration\'s secret is not sent');
+    assert.ok(gateway.of('heartbeat').filter((b) => b.id === 'r2').every((b) => b.secret === gateway.known.get('r2')));
+  });
+
+  test('a heartbeat answered 403 (its secret no longer valid) makes it register again', async () => {
+    const id = gateway.of('register').length;
+    const current = `r${id}`;
+    gateway.known.set(current, 'a-secret-the-agent-does-not-have');
+    await eventually(() => gateway.of('register').length > id, { timeoutMs: 3000, what: 'a new registration' });
+    assert.ok(agent.logs.some((l) => /refused this replica's secret/.test(l.msg ?? '')));
+    assert.equal(gateway.of('register').at(-1).secret, undefined);
+    const next = `r${gateway.of('register').length}`;
+    await eventually(() => gateway.of('heartbeat').some((b) => b.id === next && b.secret === gateway.known.get(next)), {
+      timeoutMs: 3000, what: 'heartbeats under the new registration',
+    });
   });
 
   test('while the gateway is down it keeps serving and backs off; it comes back by itself', async () => {
     const gatewayPort = gateway.port;
     await gateway.close();
-    const downAt = Date.now();
+    const mark = agent.logs.length;
     for (let i = 0; i < 3; ++i) {
       const res = await request(`${agent.base}/v1/chat/completions`, { method: 'POST', body: chat() });
       assert.equal(res.status, 200, 'serving never depends on the gateway');
     }
-    await sleep(2500);
-    const failures = agent.logs.filter((l) => l.msg === 'heartbeat failed' && Date.parse(l.ts) >= downAt - 50);
-    assert.ok(failures.length >= 2, `heartbeats retried: ${failures.length}`);
-    // 0.5-1 s, then 1-2 s: at most 3 in 2.5 s (every 300 ms would be 8).
-    assert.ok(failures.length <= 4, `with back-off, not every 300 ms: ${failures.length} in 2.5 s`);
+    const failures = () => agent.logs.slice(mark).filter((l) => l.msg === 'heartbeat failed');
+    await eventually(() => failures().length >= 3, { timeoutMs: 10000, what: 'three failed heartbeats' });
+    // Backing off: the waits after the first and second failure are at least 0.5 s and 1 s
+    // (half of the 1 s, 2 s steps; every 300 ms would mean no back-off).
+    const at = failures().map((l) => Date.parse(l.ts));
+    assert.ok(at[1] - at[0] >= 450, `after the first failure: ${at[1] - at[0]} ms`);
+    assert.ok(at[2] - at[1] >= 950, `after the second failure: ${at[2] - at[1]} ms`);
     // The same port again, and a gateway that forgot everything (a restart).
     gateway = new FakeGateway();
     await gateway.listen(gatewayPort);
@@ -162,6 +193,7 @@ describe('registration with a fake gateway', () => {
     const dereg = gateway.of('deregister');
     assert.equal(dereg.length, 1, 'one deregistration');
     assert.equal(dereg[0].auth, `Bearer ${REGISTRATION_TOKEN}`);
+    assert.ok(dereg[0].secret, 'with the secret');
     assert.ok(gateway.known.size === 0, `the gateway forgot it (${id})`);
     assert.ok(agent.logs.some((l) => l.msg === 'deregistered from the gateway'));
   });

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import { startFakeReplica } from './lib/fake_replica.mjs';
-import { eventually, metricValue, request, sleep, startGateway } from './lib/gateway.mjs';
+import { eventually, metricValue, request, startGateway } from './lib/gateway.mjs';
 import {
   ADMIN_TOKEN, FAST_HEALTH, REGISTRATION_TOKEN, TOKEN_ENV, admin, chat, failEverything, figure, fleet, heal,
   replicaByUrl, replicas, served, stateChanges, waitForReplica, waitForState, waitForStateLog,
@@ -125,11 +125,11 @@ describe('admin API', () => {
     // Busy and queued: the one-slot replica holds a request, two more wait.
     const held = [1, 2, 3].map((i) => chat(gw, 'full', { fake: { type: 'hold' }, i }));
     await eventually(async () => (await fleet(gw, 'full')).queue_depth === 2, { what: 'two queued requests' });
-    await sleep(150);
+    // The oldest queued request's age grows while it waits.
+    await eventually(async () => (await fleet(gw, 'full')).oldest_queued_seconds >= 0.1, { what: 'oldest_queued_seconds >= 0.1' });
     f = await fleet(gw, 'full');
     assert.equal(f.busy_slots, 1);
     assert.equal(f.free_slots, 0);
-    assert.ok(f.oldest_queued_seconds >= 0.1, `oldest_queued_seconds ${f.oldest_queued_seconds}`);
     for (let i = 0; i < 3; ++i) {
       await eventually(() => full.holds.length > 0, { what: 'a held request' });
       full.release();
@@ -176,8 +176,10 @@ describe('admin API', () => {
     assert.deepEqual(answers.map((a) => a.status), [200, 200], 'the in-flight requests finish normally');
     assert.equal(served(d1).filter((x) => x.closedEarly).length, 0, 'nothing was cut');
 
-    await sleep(600); // passing probes must not undo a drain
-    assert.equal((await replicaByUrl(gw, d1.url)).state, 'draining');
+    // Three probe rounds later (its neighbour's probes mark the time), still draining.
+    const rounds = d2.probes.length;
+    await eventually(() => d2.probes.length >= rounds + 3, { what: 'three probe rounds' });
+    assert.equal((await replicaByUrl(gw, d1.url)).state, 'draining', 'passing probes do not undo a drain');
     for (let i = 0; i < 4; ++i) {
       assert.equal((await chat(gw, 'd', { i })).status, 200);
     }
@@ -206,7 +208,9 @@ describe('admin API', () => {
     const res = await admin(gw, 'DELETE', `/admin/v1/replicas/${id}`);
     assert.equal(res.status, 202, res.text);
     assert.equal(res.json.removing, true);
-    await sleep(1200); // longer than a sweep: it must wait for the in-flight request
+    // Longer than a sweep (1 s): its neighbour's probes (every 200 ms) mark the time.
+    const rounds = e2.probes.length;
+    await eventually(() => e2.probes.length >= rounds + 8, { timeoutMs: 8000, what: 'eight probe rounds' });
     const r = await replicaByUrl(gw, e1.url);
     assert.ok(r, 'still listed while a request is in flight');
     assert.equal(r.state, 'draining');
@@ -266,7 +270,11 @@ describe('a model with no healthy replica', () => {
       answered = r;
       return r;
     });
-    await sleep(600);
+    await eventually(async () => (await request(`${gw.adminUrl}/admin/v1/fleet`)).json?.models?.[0]?.queue_depth === 1, {
+      what: 'the request queued',
+    });
+    const probes = only.probes.length;
+    await eventually(() => only.probes.length >= probes + 3, { what: 'three more probes' });
     assert.equal(answered, null, 'the request waits instead of failing at once');
     assert.equal(served(only).length, 0, 'and is not sent to the unhealthy replica');
     heal(only);

@@ -2,8 +2,9 @@
 // probes and then receives traffic (the time from registration to the first routed request is
 // printed); a bad or missing token, a URL outside allowed_urls, an unknown model and a malformed
 // body are refused and add nothing (a rogue replica never sees a request or a probe);
-// re-registration keeps one entry (also right after a model change, and never by taking over a
-// static endpoint); a loading model keeps a replica joining; an agent's slots_total sets the
+// re-registration with the replica's secret keeps one entry (also right after a model change, and
+// never by taking over a static endpoint); a loading model keeps a replica joining; an agent's
+// slots_total sets the
 // capacity but never the in-flight count; a replica that stops sending heartbeats goes unhealthy
 // (and stays out of rotation), then is removed, without cutting its in-flight request.
 
@@ -11,7 +12,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import { startFakeReplica } from './lib/fake_replica.mjs';
-import { eventually, sleep, startGateway } from './lib/gateway.mjs';
+import { eventually, startGateway } from './lib/gateway.mjs';
 import {
   ADMIN_TOKEN, FAST_HEALTH, Load, REGISTRATION_TOKEN, TOKEN_ENV, admin, chat, figure, fleet, heartbeat, register,
   replicaByUrl, replicas, served, setProbe, stateChanges, waitForState, waitForStateLog,
@@ -75,6 +76,7 @@ describe('agent registration', () => {
     const load = new Load(gw, 'm', { concurrency: 3 }).start();
     let registeredAt;
     let id;
+    let registration;
     try {
       await load.waitForMore(5);
       const logMark = gw.logs.length;
@@ -84,6 +86,7 @@ describe('agent registration', () => {
       assert.match(res.json.id, /^r\d+$/);
       assert.equal(res.json.heartbeat_interval_s, 10);
       id = res.json.id;
+      registration = res.json;
       const entry = await replicaByUrl(gw, phone.url);
       assert.equal(entry.id, id);
       assert.equal(entry.model, 'm');
@@ -112,18 +115,20 @@ describe('agent registration', () => {
     assert.equal(m.registered, 2);
     assert.equal(m.healthy, 2);
     assert.equal(m.degraded, true, '2 healthy of 3 desired');
-    assert.equal((await heartbeat(gw, id)).status, 200, 'heartbeat accepted');
+    assert.equal((await heartbeat(gw, id, { secret: registration.secret })).status, 200, 'heartbeat accepted');
   });
 
-  test('re-registering the same URL keeps one entry with the same id', async () => {
+  test('re-registering the same URL with its secret keeps one entry with the same id', async () => {
     const phone = await fake('phone2');
     const first = await register(gw, agentBody(phone));
     assert.equal(first.status, 200, first.text);
-    const again = await register(gw, agentBody(phone, 'm', { slots: 3, agent_version: '0.1.1-it' }));
+    const { secret } = first.json;
+    assert.equal((await register(gw, agentBody(phone, 'm', { slots: 3 }))).status, 409, 'not without its secret');
+    const again = await register(gw, agentBody(phone, 'm', { slots: 3, agent_version: '0.1.1-it' }), { secret });
     assert.equal(again.status, 200, again.text);
     assert.equal(again.json.id, first.json.id, 'same id');
     // The same URL written differently (trailing slash) is the same replica.
-    const slash = await register(gw, agentBody(phone, 'm', { url: `${phone.url}/`, slots: 3, agent_version: '0.1.1-it' }));
+    const slash = await register(gw, agentBody(phone, 'm', { url: `${phone.url}/`, slots: 3, agent_version: '0.1.1-it' }), { secret });
     assert.equal(slash.status, 200, slash.text);
     assert.equal(slash.json.id, first.json.id, 'same id for the normalised URL');
     const entries = (await replicas(gw)).filter((r) => r.url === phone.url);
@@ -137,7 +142,7 @@ describe('agent registration', () => {
     const phone = await fake('mover');
     const first = await register(gw, agentBody(phone, 'm'));
     assert.equal(first.status, 200, first.text);
-    const second = await register(gw, agentBody(phone, 'other'));
+    const second = await register(gw, agentBody(phone, 'other'), { secret: first.json.secret });
     assert.equal(second.status, 200, second.text);
     await eventually(async () => (await replicas(gw)).filter((r) => r.url === phone.url).length === 1, {
       timeoutMs: 3000,
@@ -156,7 +161,6 @@ describe('agent registration', () => {
 
   test('bad token, disallowed URL, unknown model and bad body are refused and add nothing', async () => {
     const rogue = await fake('rogue');
-    await sleep(50);
     const before = await snapshot(gw);
     const cases = [
       ['no token', register(gw, agentBody(rogue), { token: null }), 401],
@@ -185,8 +189,9 @@ describe('agent registration', () => {
     assert.equal((await heartbeat(gw, 'r999')).status, 404);
     assert.equal((await heartbeat(gw, 'r1')).status, 404, 'a static replica takes no heartbeat');
 
-    // Nothing was added, and the rogue never saw a probe or a prompt.
-    await sleep(600); // 3 probe intervals
+    // Nothing was added, and the rogue never saw a probe or a prompt (3 probe rounds later).
+    const probes = fixed.probes.length;
+    await eventually(() => fixed.probes.length >= probes + 3, { what: 'three more probe rounds' });
     for (let i = 0; i < 5; ++i) {
       assert.equal((await chat(gw, 'm', { secret: 'user prompt' })).status, 200);
     }
@@ -204,12 +209,12 @@ describe('agent registration', () => {
     const res = await register(gw, agentBody(phone, 'other'));
     assert.equal(res.status, 200, res.text);
     const id = res.json.id;
-    await sleep(1000); // 5 probes
+    await eventually(() => phone.probes.length >= 5, { what: 'five probes answered "loading"' });
     assert.equal((await replicaByUrl(gw, phone.url)).state, 'joining');
     assert.deepEqual(stateChanges(gw, id).filter((l) => gw.logs.indexOf(l) >= logMark), [], 'loading is not a failure');
     // Requests for the model wait in the queue meanwhile.
     const pending = chat(gw, 'other');
-    await sleep(200);
+    await eventually(async () => (await fleet(gw, 'other')).queue_depth === 1, { what: 'the request queued' });
     assert.equal(served(phone).length, 0);
     setProbe(phone, { status: 200, body: { status: 'ok' } });
     await waitForState(gw, phone.url, 'healthy', { timeoutMs: 5000 });
@@ -248,14 +253,16 @@ describe('registration and the one-entry-per-URL rule', () => {
   const listing = async () => JSON.stringify((await replicas(gw)).map((r) => [r.id, r.model, r.url, r.state, r.source]));
 
   test('an agent repeating its registration right after changing model still gets one entry', async () => {
-    assert.equal((await register(gw, agentBody(phone, 'm'))).status, 200);
-    const moved = await register(gw, agentBody(phone, 'other'));
+    const first = await register(gw, agentBody(phone, 'm'));
+    assert.equal(first.status, 200);
+    const { secret } = first.json;
+    const moved = await register(gw, agentBody(phone, 'other'), { secret });
     assert.equal(moved.status, 200, moved.text);
     // The agent did not see the answer (network blip) and registers again.
-    const repeat = await register(gw, agentBody(phone, 'other'));
+    const repeat = await register(gw, agentBody(phone, 'other'), { secret });
     assert.equal(repeat.status, 200, repeat.text);
     assert.equal(repeat.json.id, moved.json.id, `the repeat gets the same id; replicas: ${await listing()}`);
-    await sleep(1500); // the old entry's removal (a sweep) is done
+    await gw.waitForLog((l) => l.msg === 'replica removed' && l.replica === first.json.id, { what: 'the old entry removed' });
     const entries = await entriesOf(phone.url);
     assert.equal(entries.length, 1, `one entry per URL, or the phone's slots count twice; replicas: ${await listing()}`);
     assert.equal(entries[0].model, 'other');
@@ -263,21 +270,19 @@ describe('registration and the one-entry-per-URL rule', () => {
 
   test('registering the URL of a static endpoint does not hand out an id that refuses heartbeats', async () => {
     const same = await register(gw, agentBody(fixed, 'm'));
-    if (same.status === 200) {
-      assert.equal((await heartbeat(gw, same.json.id)).status, 200,
-        `the id handed out (${same.json.id}) must accept heartbeats, or the agent re-registers forever`);
-    } else {
-      assert.ok(same.status >= 400 && same.status < 500, same.text);
-    }
+    assert.equal(same.status, 200, same.text);
+    assert.equal((await heartbeat(gw, same.json.id, { secret: same.json.secret })).status, 200,
+      `the id handed out (${same.json.id}) must accept heartbeats, or the agent re-registers forever`);
     assert.deepEqual((await entriesOf(fixed.url)).map((r) => [r.model, r.source]), [['m', 'config']]);
   });
 
   test('a registration cannot take a static endpoint away from its model', async () => {
     const other = await register(gw, agentBody(fixed, 'other'));
-    await sleep(1500); // a pending removal would be done by now
+    assert.equal(other.status, 409, other.text);
+    assert.equal(other.json.error.code, 'url_in_use');
     const entries = await entriesOf(fixed.url);
-    assert.deepEqual(entries.map((r) => [r.model, r.source]), [['m', 'config']],
-      `the static endpoint stays in model m as configured (registration answered ${other.status}); replicas: ${await listing()}`);
+    assert.deepEqual(entries.map((r) => [r.model, r.source, r.state]), [['m', 'config', 'healthy']],
+      `the static endpoint stays in model m as configured; replicas: ${await listing()}`);
     assert.equal((await chat(gw, 'm', {}, { timeoutMs: 5000 })).status, 200, 'model m still served');
   });
 });
@@ -360,12 +365,14 @@ describe('heartbeat expiry', () => {
     const res = await register(gw, agentBody(phone));
     assert.equal(res.status, 200, res.text);
     assert.equal(res.json.heartbeat_interval_s, 0.3);
-    const id = res.json.id;
+    const { id, secret } = res.json;
     let beating = true;
+    let count = 0;
     const beats = (async () => {
       while (beating) {
-        assert.equal((await heartbeat(gw, id)).status, 200);
-        await sleep(100);
+        assert.equal((await heartbeat(gw, id, { secret })).status, 200);
+        ++count;
+        await new Promise((resolve) => setTimeout(resolve, 100));
       }
     })();
     const stop = async () => {
@@ -374,13 +381,16 @@ describe('heartbeat expiry', () => {
     };
     heartbeats.push(stop);
     await waitForState(gw, phone.url, 'healthy', { timeoutMs: 5000 });
-    return { phone, id, stop };
+    return { phone, id, secret, stop, beats: () => count };
   }
 
   test('a replica that stops sending heartbeats goes unhealthy, then is removed', async (t) => {
-    const { phone, id, stop } = await beatingPhone('phone1');
-    await sleep(1200); // 4 intervals: heartbeats keep it healthy
+    const { phone, id, stop, beats } = await beatingPhone('phone1');
+    // Heartbeats for 4 intervals (12 beats 100 ms apart) keep it healthy.
+    const from = beats();
+    await eventually(() => beats() >= from + 12, { what: '12 more heartbeats' });
     assert.equal((await replicaByUrl(gw, phone.url)).state, 'healthy');
+    assert.equal(stateChanges(gw, id).filter((l) => l.to === 'unhealthy').length, 0);
     const logMark = gw.logs.length;
     await stop();
     const stoppedAt = Date.now();
@@ -399,7 +409,7 @@ describe('heartbeat expiry', () => {
       assert.equal((await chat(gw, 'm')).status, 200);
     }
     assert.equal(served(phone).length, before, 'no request after its removal');
-    assert.equal((await heartbeat(gw, id)).status, 404, 'a late heartbeat is told to register again');
+    assert.equal((await heartbeat(gw, id, { secret: 'any' })).status, 404, 'a late heartbeat is told to register again');
     // Registering again brings it back as a new joining replica.
     const again = await register(gw, agentBody(phone));
     assert.equal(again.status, 200, again.text);
@@ -415,7 +425,7 @@ describe('heartbeat expiry', () => {
       const logMark = gw.logs.length;
       await stop();
       await waitForStateLog(gw, id, 'unhealthy', { fromIndex: logMark, timeoutMs: 5000 });
-      await sleep(100); // requests bound just before finish
+      await eventually(() => phone.inFlight === 0, { what: 'requests bound just before finished' });
       const count = served(phone).length;
       await gw.waitForLog((l) => l.msg === 'replica removed' && l.replica === id, { timeoutMs: 5000 });
       const changes = stateChanges(gw, id).map((l) => `${l.from}->${l.to} (${l.reason})`).join(', ');

@@ -50,6 +50,8 @@
 // servers): they are answered at once with 200 (or healthStatus, see setHealth) whatever the mode,
 // recorded in `probes`, and never counted in `requests` or in flight.
 //
+// `servedModels` (option, default ['fake']) are the ids GET /v1/models lists.
+//
 // A refusing replica is a port nobody listens on: see closedPortUrl().
 
 import { EventEmitter } from 'node:events';
@@ -78,9 +80,10 @@ function floatsToBase64(values) {
 }
 
 export class FakeReplica extends EventEmitter {
-  constructor({ name = 'fake', tls = null, mode = {}, keepAliveTimeoutMs = 5000 } = {}) {
+  constructor({ name = 'fake', tls = null, mode = {}, keepAliveTimeoutMs = 5000, servedModels = ['fake'] } = {}) {
     super();
     this.name = name;
+    this.servedModels = servedModels; // the ids its GET /v1/models lists
     this.tls = tls;
     this.keepAliveTimeoutMs = keepAliveTimeoutMs;
     this.mode = { ...DEFAULT_MODE, ...mode };
@@ -222,7 +225,7 @@ export class FakeReplica extends EventEmitter {
     if (this.healthStatus !== 200) {
       body = JSON.stringify({ error: { message: 'unhealthy', type: 'server_error', param: null, code: null } });
     } else if (req.url.split('?')[0].endsWith('/v1/models')) {
-      body = JSON.stringify({ object: 'list', data: [{ id: 'fake', object: 'model', created: 0, owned_by: 'fake' }] });
+      body = JSON.stringify({ object: 'list', data: this.servedModels.map((id) => ({ id, object: 'model', created: 0, owned_by: 'fake' })) });
     } else if (req.url.split('?')[0].endsWith('/health')) {
       body = JSON.stringify({ status: 'ok' });
     } else {

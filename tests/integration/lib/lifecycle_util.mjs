@@ -53,10 +53,14 @@ export async function reload(gw, { timeoutMs = 5000 } = {}) {
 
 // ---- admin API ----
 
-export function admin(gw, method, path, { token = ADMIN_TOKEN, body, timeoutMs = 5000 } = {}) {
-  const headers = token === null ? {} : { Authorization: `Bearer ${token}` };
+export function admin(gw, method, path, { token = ADMIN_TOKEN, body, timeoutMs = 5000, headers: extra = {} } = {}) {
+  const headers = token === null ? { ...extra } : { Authorization: `Bearer ${token}`, ...extra };
   return request(`${gw.adminUrl}${path}`, { method, headers, body, timeoutMs });
 }
+
+// The header a registered replica proves its identity with (docs/lifecycle.md).
+export const SECRET_HEADER = 'Fleetgate-Replica-Secret';
+const secretHeaders = (secret) => (secret === undefined || secret === null ? {} : { [SECRET_HEADER]: secret });
 
 export async function replicas(gw, { token = ADMIN_TOKEN } = {}) {
   const res = await admin(gw, 'GET', '/admin/v1/replicas', { token });
@@ -97,12 +101,17 @@ export function waitForState(gw, url, state, options = {}) {
   return waitForReplica(gw, url, (r) => r?.state === state, { what: `replica ${url} ${state}`, ...options });
 }
 
-export function register(gw, body, { token = REGISTRATION_TOKEN } = {}) {
-  return admin(gw, 'POST', '/admin/v1/replicas/register', { token, body });
+// Registers; `secret` (optional) is the replica secret of a registration being updated.
+export function register(gw, body, { token = REGISTRATION_TOKEN, secret } = {}) {
+  return admin(gw, 'POST', '/admin/v1/replicas/register', { token, body, headers: secretHeaders(secret) });
 }
 
-export function heartbeat(gw, id, { token = REGISTRATION_TOKEN } = {}) {
-  return admin(gw, 'POST', `/admin/v1/replicas/${id}/heartbeat`, { token });
+export function heartbeat(gw, id, { token = REGISTRATION_TOKEN, secret } = {}) {
+  return admin(gw, 'POST', `/admin/v1/replicas/${id}/heartbeat`, { token, headers: secretHeaders(secret) });
+}
+
+export function deregister(gw, id, { token = REGISTRATION_TOKEN, secret } = {}) {
+  return admin(gw, 'POST', `/admin/v1/replicas/${id}/deregister`, { token, headers: secretHeaders(secret) });
 }
 
 // "replica state changed" log lines of one replica (by id), in order.

@@ -1,0 +1,86 @@
+#include "orchestrator/health/probe_body.hpp"
+
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/util/json.hpp"
+
+namespace fg::health {
+
+namespace {
+
+constexpr std::uint64_t kMaxReportedSlots = 1024;
+constexpr std::size_t kMaxNameShown = 64;
+constexpr std::size_t kMaxNamesShown = 3;
+
+std::string shown(const std::string& name) {
+  return name.size() <= kMaxNameShown ? name : name.substr(0, kMaxNameShown) + "...";
+}
+
+std::optional<std::uint32_t> read_slots(const nlohmann::json& doc, const char* key) {
+  auto it = doc.find(key);
+  if (it != doc.end() && it->is_number_unsigned()) {
+    const auto v = it->get<std::uint64_t>();
+    if (v <= kMaxReportedSlots) {
+      return static_cast<std::uint32_t>(v);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ProbeBody parse_probe_body(std::string_view body, std::string_view expected_model) {
+  ProbeBody out;
+  const nlohmann::json doc = parse_network_json(body);
+  if (!doc.is_object()) {
+    return out;
+  }
+  out.slots_total = read_slots(doc, "slots_total");
+  out.slots_idle = read_slots(doc, "slots_idle");
+  if (out.slots_total && *out.slots_total == 0) {
+    out.slots_total.reset();
+  }
+  if (auto m = doc.find("model"); m != doc.end() && m->is_string()) {
+    const auto& name = m->get_ref<const std::string&>();
+    out.model = name == expected_model ? ModelCheck::match : ModelCheck::mismatch;
+    if (out.model == ModelCheck::mismatch) {
+      out.served = shown(name);
+    }
+    return out;
+  }
+  auto data = doc.find("data");
+  if (data == doc.end() || !data->is_array()) {
+    return out;
+  }
+  std::vector<std::string> ids;
+  for (const auto& entry : *data) {
+    if (!entry.is_object()) {
+      continue;
+    }
+    auto id = entry.find("id");
+    if (id == entry.end() || !id->is_string()) {
+      continue;
+    }
+    const auto& name = id->get_ref<const std::string&>();
+    if (name == expected_model) {
+      out.model = ModelCheck::match;
+      return out;
+    }
+    ids.push_back(name);
+  }
+  if (ids.empty()) {
+    return out;  // an empty or unreadable list proves nothing either way
+  }
+  out.model = ModelCheck::mismatch;
+  for (std::size_t i = 0; i < ids.size() && i < kMaxNamesShown; ++i) {
+    out.served += (i == 0 ? "" : ", ") + shown(ids[i]);
+  }
+  if (ids.size() > kMaxNamesShown) {
+    out.served += ", ... (" + std::to_string(ids.size()) + " models)";
+  }
+  return out;
+}
+
+}  // namespace fg::health

@@ -1,0 +1,33 @@
+#pragma once
+
+// What a probe's answer says beyond its status: an agent's slot report and the model the
+// replica serves. Pure.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace fg::health {
+
+enum class ModelCheck {
+  unverified,  // the body names no model (llama-server's own /health, a plain "OK")
+  match,       // it serves the configured model
+  mismatch,    // it serves another model
+};
+
+struct ProbeBody {
+  std::optional<std::uint32_t> slots_total;  // from a Fleetgate agent's /health
+  std::optional<std::uint32_t> slots_idle;
+  ModelCheck model = ModelCheck::unverified;
+  std::string served;  // mismatch: what it serves ("qwen3.5-4b", or a list from /v1/models)
+};
+
+// Reads a probe's body (network input: parsed with fg::parse_network_json):
+// - an agent's /health: {"model":"...","slots_total":N,"slots_idle":M};
+// - an OpenAI server's /v1/models: {"data":[{"id":"..."},...]}: the configured model must be
+//   one of the ids.
+// Anything else (not JSON, no model named) leaves the model unverified.
+ProbeBody parse_probe_body(std::string_view body, std::string_view expected_model);
+
+}  // namespace fg::health

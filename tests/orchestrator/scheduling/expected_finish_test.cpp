@@ -28,6 +28,8 @@ RoutingOptions ef() {
   o.exploration = 0;
   o.default_prefill_tps = 50;
   o.default_decode_tps = 10;
+  o.hold_margin = 0.25;  // the arithmetic below is written for these, whatever the defaults
+  o.hold_min_gain = std::chrono::milliseconds(1000);
   return o;
 }
 

@@ -66,8 +66,8 @@ struct RoutingOptions {
   // A waiter lets at most this many later waiters of its own queue (same band and tenant) take a
   // slot it could have used; then it is served first (FIFO) by the next slot it can use. Its
   // extra wait beyond FIFO order is therefore at most this many slot turnovers. 0: strict FIFO.
-  // (Simulated fraud review, docs/routing.md: 16 -> 2.2x least_loaded's throughput, 32 -> 2.4x,
-  // 48 and more -> 2.5x; p95 latency flat.)
+  // (Simulated fraud review, docs/routing.md: 16 -> 1.9x least_loaded's throughput, 32 -> 2.2x,
+  // 48 and more -> 2.45x; p95 latency flat.)
   std::uint32_t max_overtakes = 48;
   // How many waiters at the head of each tenant's queue are compared when a slot frees.
   std::uint32_t scan_window = 64;

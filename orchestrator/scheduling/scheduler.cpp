@@ -452,14 +452,21 @@ double Scheduler::tokens_per_block(const std::string& model) const {
   return static_cast<double>(openai::kPromptBlockBytes) * speeds_.tokens_per_byte(model);
 }
 
-double Scheduler::prompt_tokens_of(const std::string& model, const Request& request) const {
-  if (request.prompt_tokens) {
-    return *request.prompt_tokens;
-  }
-  return static_cast<double>(request.prompt_bytes) * speeds_.tokens_per_byte(model);
+Scheduler::Estimate Scheduler::estimate(const std::string& model, const Request& request) const {
+  const double per_byte = speeds_.tokens_per_byte(model);
+  return {.prompt_tokens = request.prompt_tokens
+                               ? static_cast<double>(*request.prompt_tokens)
+                               : static_cast<double>(request.prompt_bytes) * per_byte,
+          .answer_tokens = speeds_.answer_tokens(model, request.max_tokens),
+          .tokens_per_block = static_cast<double>(openai::kPromptBlockBytes) * per_byte};
 }
 
-Scheduler::FreeAt Scheduler::slot_frees(const Replica& r, std::size_t nth, TimePoint now) const {
+double Scheduler::cached_tokens(const Estimate& e, std::size_t blocks) {
+  return std::clamp(static_cast<double>(blocks) * e.tokens_per_block, 0.0,
+                    std::max(e.prompt_tokens - 1, 0.0));
+}
+
+std::vector<Scheduler::FreeAt> Scheduler::binding_ends(const Replica& r, TimePoint now) const {
   // A binding past its expected end is expected to run as long again as it has overrun so far:
   // the longer it overruns, the less a slot of it is worth waiting for.
   std::vector<FreeAt> ends;
@@ -470,39 +477,20 @@ Scheduler::FreeAt Scheduler::slot_frees(const Replica& r, std::size_t nth, TimeP
                                              : seconds_between(b.expected_end, now);
     ends.push_back({.seconds = left, .end = b.expected_end, .slot = b.placement.slot});
   }
-  if (ends.empty()) {
-    return {.end = now};
-  }
-  nth = std::min(nth, ends.size() - 1);
-  std::nth_element(ends.begin(), ends.begin() + static_cast<std::ptrdiff_t>(nth), ends.end(),
-                   [](const FreeAt& a, const FreeAt& b) { return a.seconds < b.seconds; });
-  return ends[nth];
+  std::sort(ends.begin(), ends.end(),
+            [](const FreeAt& a, const FreeAt& b) { return a.seconds < b.seconds; });
+  return ends;
 }
 
-double Scheduler::cached_tokens_on(ReplicaId id, const std::string& model, const Request& request,
-                                   bool busy) const {
-  if (request.prompt_blocks.empty()) {
-    return 0;
-  }
-  std::optional<std::uint32_t> also_idle;
-  if (busy) {
-    // The slot that frees first is the one the request would get.
-    also_idle = slot_frees(replicas_.at(id), 0, now_).slot;
-  }
-  const double blocks =
-      static_cast<double>(cache_.expected_cached_blocks(id, request.prompt_blocks, also_idle));
-  const double prompt = prompt_tokens_of(model, request);
-  // llama.cpp always evaluates at least one prompt token.
-  return std::clamp(blocks * tokens_per_block(model), 0.0, std::max(prompt - 1, 0.0));
-}
-
-double Scheduler::service_seconds(ReplicaId id, const std::string& model, const Request& request,
-                                  bool busy) const {
-  const double prompt = prompt_tokens_of(model, request);
-  const double uncached = std::max(prompt - cached_tokens_on(id, model, request, busy), 0.0);
-  const double answer = speeds_.answer_tokens(model, request.max_tokens);
+double Scheduler::service_seconds(ReplicaId id, const Estimate& e, const Request& request,
+                                  std::optional<std::uint32_t> also_idle) const {
+  const std::size_t blocks =
+      request.prompt_blocks.empty()
+          ? 0
+          : cache_.expected_cached_blocks(id, request.prompt_blocks, also_idle);
+  const double uncached = e.prompt_tokens - cached_tokens(e, blocks);
   return uncached * speeds_.prefill_seconds_per_token(id) +
-         answer * speeds_.decode_seconds_per_token(id);
+         e.answer_tokens * speeds_.decode_seconds_per_token(id);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -521,19 +509,24 @@ std::size_t Scheduler::least_loaded_index(const Model& m,
   const std::size_t n = m.replicas.size();
   const Replica* best = nullptr;
   std::size_t best_index = 0;
-  // Scanning from the rotation point makes the first of equally loaded replicas the one after
-  // the last choice.
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t index = (m.rotation + i) % n;
-    if (!has_index(candidates, index)) {
-      continue;
-    }
+  std::size_t best_turn = 0;
+  for (std::size_t index : candidates) {
     const Replica& r = replicas_.at(m.replicas[index]);
-    // in_flight/slots compared by cross multiplication: exact, no floats.
-    if (best == nullptr || std::uint64_t{r.bindings.size()} * best->slots <
-                               std::uint64_t{best->bindings.size()} * r.slots) {
+    // Equally loaded replicas go in rotation: the first after the last choice wins.
+    const std::size_t turn = (index + n - m.rotation) % n;
+    if (best == nullptr) {
       best = &r;
       best_index = index;
+      best_turn = turn;
+      continue;
+    }
+    // in_flight/slots compared by cross multiplication: exact, no floats.
+    const std::uint64_t load = std::uint64_t{r.bindings.size()} * best->slots;
+    const std::uint64_t best_load = std::uint64_t{best->bindings.size()} * r.slots;
+    if (load < best_load || (load == best_load && turn < best_turn)) {
+      best = &r;
+      best_index = index;
+      best_turn = turn;
     }
   }
   return best_index;
@@ -584,153 +577,175 @@ std::optional<Scheduler::Pick> Scheduler::select_least_loaded(Model& m,
 
 std::optional<Scheduler::Pick> Scheduler::select_expected_finish(
     Model& m, const std::vector<std::size_t>& free, Pass& pass) {
-  struct Candidate {
-    Tenant* tenant = nullptr;
-    std::list<Waiter>::iterator it;
-    std::vector<std::size_t> usable;
-    std::size_t index = 0;
+  struct Entry {
+    std::list<Waiter>::iterator it{};
+    std::vector<std::size_t> usable{};
+    Estimate estimate{};
+    std::size_t index = 0;  // its cheapest free replica
     double cost = 0;
     bool due = false;
   };
-  struct Seen {
-    std::list<Waiter>::iterator it;
-    std::vector<std::size_t> usable;
+  // One tenant's queue as far as it was scanned. Entries from `cursor` on are still to be
+  // decided, in order; the ones before it chose to wait for a busy replica (held).
+  struct Scan {
+    Tenant* tenant = nullptr;
+    std::list<Waiter>::iterator next{};
+    std::size_t scanned = 0;
+    std::vector<Entry> entries{};
+    std::size_t cursor = 0;
+  };
+  // Due waiters first (the oldest), else the cheapest (the oldest of equals).
+  auto before = [](const Entry& a, const Entry& b) {
+    if (a.due != b.due) {
+      return a.due;
+    }
+    if (!a.due && (cheaper(a.cost, b.cost) || cheaper(b.cost, a.cost))) {
+      return cheaper(a.cost, b.cost);
+    }
+    return a.it->seq < b.it->seq;
   };
   const std::size_t n = m.replicas.size();
-  for (auto& [priority, band] : m.bands) {
-    std::vector<Candidate> candidates;
-    std::unordered_map<const Tenant*, std::vector<Seen>> seen;
-    for (auto& [name, tenant] : band.tenants) {
-      std::optional<Candidate> best;
-      std::vector<Seen>& seen_here = seen[&tenant];
-      std::size_t position = 0;
-      for (auto it = tenant.queue.begin(); it != tenant.queue.end(); ++it, ++position) {
-        // Past the window only while the tenant has nobody yet: the window bounds the work,
-        // never whether a free slot finds a waiter that can use it.
-        if (position >= options_.scan_window && best) {
-          break;
-        }
-        if (pass.count_visits) {
-          ++last_dispatch_visits_;
-        }
-        Waiter& w = *it;
-        std::vector<std::size_t> use;
-        if (!group_full(w.request.group)) {
-          use = usable(m, free, w.request);
-        }
-        if (use.empty()) {
-          clear_hold(m, w);
-          continue;
-        }
-        std::size_t best_index = use.front();
-        double best_cost = kInf;
-        for (std::size_t i = 0; i < n; ++i) {
-          const std::size_t index = (m.rotation + i) % n;
-          if (!has_index(use, index)) {
-            continue;
-          }
-          const double cost = service_seconds(m.replicas[index], m.name, w.request, false);
-          if (cheaper(cost, best_cost)) {
-            best_cost = cost;
-            best_index = index;
-          }
-        }
-        const bool due = w.overtaken >= options_.max_overtakes;
-        if (!due && !w.request.sheddable && try_hold(m, w, best_cost, pass)) {
-          continue;
-        }
+  // Scans on: the window at first, then past it only until one more waiter can use a free
+  // replica. The window bounds the work, never whether a free slot finds a waiter for it.
+  auto scan = [&](Scan& sc) {
+    const std::size_t from = sc.entries.size();
+    while (sc.next != sc.tenant->queue.end() &&
+           (sc.scanned < options_.scan_window || sc.entries.size() == from)) {
+      auto it = sc.next++;
+      ++sc.scanned;
+      if (pass.count_visits) {
+        ++last_dispatch_visits_;
+      }
+      Waiter& w = *it;
+      std::vector<std::size_t> use;
+      if (!group_full(w.request.group)) {
+        use = usable(m, free, w.request);
+      }
+      if (use.empty()) {
         clear_hold(m, w);
-        seen_here.push_back({.it = it, .usable = use});
-        // The oldest due waiter, else the cheapest (the oldest of equals).
-        if (!best || (due && !best->due) ||
-            (!due && !best->due && cheaper(best_cost, best->cost))) {
-          best = Candidate{.tenant = &tenant,
-                           .it = it,
-                           .usable = std::move(use),
-                           .index = best_index,
-                           .cost = best_cost,
-                           .due = due};
+        continue;
+      }
+      Entry e{.it = it, .estimate = estimate(m.name, w.request)};
+      e.cost = kInf;
+      std::size_t best_turn = n;
+      for (std::size_t index : use) {
+        // Equal costs go in rotation, so that equal replicas share the load.
+        const std::size_t turn = (index + n - m.rotation) % n;
+        const double cost = service_seconds(m.replicas[index], e.estimate, w.request, std::nullopt);
+        if (cheaper(cost, e.cost) || (!cheaper(e.cost, cost) && turn < best_turn)) {
+          e.cost = cost;
+          e.index = index;
+          best_turn = turn;
         }
       }
-      if (best) {
-        candidates.push_back(std::move(*best));
+      e.usable = std::move(use);
+      e.due = w.overtaken >= options_.max_overtakes;
+      sc.entries.push_back(std::move(e));
+    }
+    std::sort(sc.entries.begin() + static_cast<std::ptrdiff_t>(from), sc.entries.end(), before);
+  };
+  // The busy replicas a waiter may wait for, soonest to free first; holds are decided afresh.
+  pass.busy.clear();
+  for (ReplicaId id : m.replicas) {
+    const Replica& r = replicas_.at(id);
+    if (serves(r) && !has_free_slot(r)) {
+      pass.busy.push_back({.id = id, .ends = binding_ends(r, now_)});
+    }
+  }
+  std::sort(pass.busy.begin(), pass.busy.end(), [](const BusyReplica& a, const BusyReplica& b) {
+    return a.ends.front().seconds < b.ends.front().seconds;
+  });
+  for (auto& [priority, band] : m.bands) {
+    std::vector<Scan> scans;
+    for (auto& [name, tenant] : band.tenants) {
+      Scan sc{.tenant = &tenant, .next = tenant.queue.begin()};
+      scan(sc);
+      scans.push_back(std::move(sc));
+    }
+    while (true) {
+      double least = kInf;
+      for (const Scan& sc : scans) {
+        if (sc.cursor < sc.entries.size()) {
+          least = std::min(least, sc.tenant->usage);
+        }
       }
-    }
-    if (candidates.empty()) {
-      continue;
-    }
-    double least = kInf;
-    for (const Candidate& c : candidates) {
-      least = std::min(least, c.tenant->usage);
-    }
-    // Due waiters first (the oldest), else the cheapest (the oldest of equals).
-    auto better = [](const Candidate& a, const Candidate& b) {
-      if (a.due != b.due) {
-        return a.due;
+      if (least == kInf) {
+        break;  // nobody in this band can use a free replica
       }
-      if (!a.due && (cheaper(a.cost, b.cost) || cheaper(b.cost, a.cost))) {
-        return cheaper(a.cost, b.cost);
+      Scan* chosen = nullptr;
+      for (Scan& sc : scans) {
+        if (sc.cursor < sc.entries.size() &&
+            sc.tenant->usage <= least + options_.fair_share_slack_tokens &&
+            (chosen == nullptr || before(sc.entries[sc.cursor], chosen->entries[chosen->cursor]))) {
+          chosen = &sc;
+        }
       }
-      return a.it->seq < b.it->seq;
-    };
-    Candidate* chosen = nullptr;
-    for (Candidate& c : candidates) {
-      if (c.tenant->usage <= least + options_.fair_share_slack_tokens &&
-          (chosen == nullptr || better(c, *chosen))) {
-        chosen = &c;
+      Entry& e = chosen->entries[chosen->cursor];
+      Waiter& w = *e.it;
+      // The hold is decided for the candidate only: the others stay in line for this slot.
+      if (!e.due && !w.request.sheddable && try_hold(m, w, e.estimate, e.cost, pass)) {
+        if (++chosen->cursor == chosen->entries.size()) {
+          scan(*chosen);
+        }
+        continue;
       }
-    }
-    // Older waiters of the same queue that could have used this slot were overtaken.
-    for (const Seen& s : seen[chosen->tenant]) {
-      if (s.it->seq < chosen->it->seq && has_index(s.usable, chosen->index)) {
-        ++s.it->overtaken;
+      clear_hold(m, w);
+      // Older waiters of the same queue that could have used this slot were overtaken, unless
+      // they chose to wait for a busy one.
+      for (std::size_t i = chosen->cursor + 1; i < chosen->entries.size(); ++i) {
+        const Entry& other = chosen->entries[i];
+        if (other.it->seq < w.seq && has_index(other.usable, e.index)) {
+          ++other.it->overtaken;
+        }
       }
+      std::size_t index = e.index;
+      if (options_.exploration > 0 && e.usable.size() > 1 && random_unit() < options_.exploration) {
+        const auto k =
+            static_cast<std::size_t>(random_unit() * static_cast<double>(e.usable.size()));
+        index = e.usable[std::min(k, e.usable.size() - 1)];
+      }
+      return Pick{.place = {.model = &m, .band = priority, .tenant = chosen->tenant, .it = e.it},
+                  .replica = m.replicas[index],
+                  .index = index};
     }
-    std::size_t index = chosen->index;
-    if (options_.exploration > 0 && chosen->usable.size() > 1 &&
-        random_unit() < options_.exploration) {
-      const auto k = static_cast<std::size_t>(random_unit() * chosen->usable.size());
-      index = chosen->usable[std::min(k, chosen->usable.size() - 1)];
-    }
-    return Pick{
-        .place = {.model = &m, .band = priority, .tenant = chosen->tenant, .it = chosen->it},
-        .replica = m.replicas[index],
-        .index = index};
   }
   return std::nullopt;
 }
 
-bool Scheduler::try_hold(Model& m, Waiter& w, double free_seconds, Pass& pass) {
+bool Scheduler::try_hold(Model& m, Waiter& w, const Estimate& e, double free_seconds, Pass& pass) {
   const bool apply = !w.request.exclude.empty() && exclusions_apply(m, w.request.exclude);
-  std::optional<ReplicaId> target;
+  const double margin = 1.0 + std::max(options_.hold_margin, 0.0);
+  const double gain = Seconds(options_.hold_min_gain).count();
+  BusyReplica* target = nullptr;
   double target_time = kInf;
   double target_service = 0;
   TimePoint target_end{};
-  for (ReplicaId id : m.replicas) {
-    const Replica& r = replicas_.at(id);
-    if (!serves(r) || has_free_slot(r) || (apply && contains(w.request.exclude, id))) {
-      continue;
+  for (BusyReplica& busy : pass.busy) {
+    // Sorted by the soonest end: once that alone cannot beat the best found (or the free
+    // replica), nothing later can.
+    const double soonest = busy.ends.front().seconds;
+    if (soonest >= target_time || soonest * margin + gain >= free_seconds) {
+      break;
     }
+    const Replica& r = replicas_.at(busy.id);
     // One waiter per busy slot: the next one to free.
-    const std::uint32_t promised = pass.reserved[id];
-    if (promised >= r.slots) {
+    if (busy.promised >= r.slots || (apply && contains(w.request.exclude, busy.id))) {
       continue;
     }
-    const std::size_t nth = r.bindings.size() - r.slots + promised;
-    const FreeAt frees = slot_frees(r, nth, now_);
-    const double service = service_seconds(id, m.name, w.request, true);
+    const std::size_t nth =
+        std::min(r.bindings.size() - r.slots + busy.promised, busy.ends.size() - 1);
+    const FreeAt& frees = busy.ends[nth];
+    const double service = service_seconds(busy.id, e, w.request, busy.ends.front().slot);
     if (cheaper(frees.seconds + service, target_time)) {
-      target = id;
+      target = &busy;
       target_time = frees.seconds + service;
       target_service = service;
       target_end = frees.end;
     }
   }
-  if (!target) {
+  if (target == nullptr) {
     return false;
   }
-  const double margin = 1.0 + std::max(options_.hold_margin, 0.0);
-  const double gain = Seconds(options_.hold_min_gain).count();
   const TimePoint since = w.held_since.value_or(now_);
   if (!(target_time * margin + gain < free_seconds) ||
       !(seconds_between(since, now_) < free_seconds)) {
@@ -749,7 +764,7 @@ bool Scheduler::try_hold(Model& m, Waiter& w, double free_seconds, Pass& pass) {
   }
   w.held_since = since;
   w.hold_until = until;
-  ++pass.reserved[*target];
+  ++target->promised;
   return true;
 }
 
@@ -772,13 +787,12 @@ Grant Scheduler::bind(Model& m, const Pick& pick) {
             .tenant = w.request.tenant,
             .group = w.request.group,
             .start = now_};
+  const Estimate e = estimate(m.name, w.request);
   b.prompt_bytes = w.request.prompt_bytes;
-  b.prompt_tokens = prompt_tokens_of(m.name, w.request);
+  b.prompt_tokens = e.prompt_tokens;
   b.placement = cache_.on_send(id, w.request.prompt_blocks);
-  b.cached_tokens =
-      std::clamp(static_cast<double>(b.placement.cached_blocks) * tokens_per_block(m.name), 0.0,
-                 std::max(b.prompt_tokens - 1, 0.0));
-  b.answer_tokens = speeds_.answer_tokens(m.name, w.request.max_tokens);
+  b.cached_tokens = cached_tokens(e, b.placement.cached_blocks);
+  b.answer_tokens = e.answer_tokens;
   const double uncached = b.prompt_tokens - b.cached_tokens;
   b.expected_end = after(now_, uncached * speeds_.prefill_seconds_per_token(id) +
                                    b.answer_tokens * speeds_.decode_seconds_per_token(id));
@@ -939,8 +953,13 @@ std::chrono::seconds Scheduler::retry_after(const Model& m) const {
     if (!serves(r)) {
       continue;
     }
-    const std::size_t nth = r.bindings.size() >= r.slots ? r.bindings.size() - r.slots : 0;
-    soonest = std::min(soonest, has_free_slot(r) ? 0.0 : slot_frees(r, nth, now_).seconds);
+    if (has_free_slot(r)) {
+      soonest = 0;
+      continue;
+    }
+    const std::vector<FreeAt> ends = binding_ends(r, now_);
+    const std::size_t nth = std::min(r.bindings.size() - r.slots, ends.size() - 1);
+    soonest = std::min(soonest, ends[nth].seconds);
   }
   const auto low = options_.shed_retry_after_min;
   const auto high = std::max(options_.shed_retry_after_max, low);

@@ -229,12 +229,22 @@ class Scheduler {
     ReplicaId replica = 0;
     std::size_t index = 0;  // of the replica in the model's routing order
   };
-  // What one dispatch pass remembers: least_loaded's per-tenant scan positions, and the busy
-  // slots already promised to held waiters.
+  struct FreeAt {
+    double seconds = 0;  // from now
+    TimePoint end{};     // the binding's expected end
+    std::uint32_t slot = 0;
+  };
+  struct BusyReplica {
+    ReplicaId id = 0;
+    std::vector<FreeAt> ends{};  // soonest first
+    std::uint32_t promised = 0;  // slots promised to held waiters in this selection
+  };
+  // What one dispatch pass remembers: least_loaded's per-tenant scan positions; for
+  // expected_finish, the busy replicas of the current selection, soonest to free first.
   struct Pass {
     bool count_visits = true;
     std::unordered_map<const Tenant*, std::list<Waiter>::iterator> cursors{};
-    std::unordered_map<ReplicaId, std::uint32_t> reserved{};
+    std::vector<BusyReplica> busy{};
   };
 
   // Can take a new binding now.
@@ -249,19 +259,20 @@ class Scheduler {
   std::vector<std::size_t> free_indices(const Model& m) const;
 
   // Costs, in seconds.
-  double prompt_tokens_of(const std::string& model, const Request& request) const;
-  double tokens_per_block(const std::string& model) const;
-  double cached_tokens_on(ReplicaId id, const std::string& model, const Request& request,
-                          bool busy) const;
-  double service_seconds(ReplicaId id, const std::string& model, const Request& request,
-                         bool busy) const;
-  struct FreeAt {
-    double seconds = 0;  // from now
-    TimePoint end{};     // the binding's expected end
-    std::uint32_t slot = 0;
+  struct Estimate {
+    double prompt_tokens = 0;
+    double answer_tokens = 0;
+    double tokens_per_block = 0;
   };
-  // When the n-th (0-based) of a replica's bindings to end is expected to end.
-  FreeAt slot_frees(const Replica& r, std::size_t nth, TimePoint now) const;
+  Estimate estimate(const std::string& model, const Request& request) const;
+  double tokens_per_block(const std::string& model) const;
+  // Prompt tokens reused when `blocks` blocks are cached (llama.cpp always reads at least one).
+  static double cached_tokens(const Estimate& e, std::size_t blocks);
+  // also_idle: for a busy replica, the slot that frees first (the one the request would get).
+  double service_seconds(ReplicaId id, const Estimate& e, const Request& request,
+                         std::optional<std::uint32_t> also_idle) const;
+  // When each of a replica's bindings is expected to end, soonest first.
+  std::vector<FreeAt> binding_ends(const Replica& r, TimePoint now) const;
 
   std::optional<Pick> select(Model& m, const std::vector<std::size_t>& free, Pass& pass);
   std::optional<Pick> select_least_loaded(Model& m, const std::vector<std::size_t>& free,
@@ -269,7 +280,7 @@ class Scheduler {
   std::optional<Pick> select_expected_finish(Model& m, const std::vector<std::size_t>& free,
                                              Pass& pass);
   // Leaves the waiter waiting for a busy replica if one is expected to finish it sooner.
-  bool try_hold(Model& m, Waiter& w, double free_seconds, Pass& pass);
+  bool try_hold(Model& m, Waiter& w, const Estimate& e, double free_seconds, Pass& pass);
   void clear_hold(Model& m, Waiter& w);
   std::size_t least_loaded_index(const Model& m, const std::vector<std::size_t>& candidates) const;
   Grant bind(Model& m, const Pick& pick);

@@ -551,5 +551,57 @@ TEST(Exploration, SomeGrantsGoToAnotherFreeReplica) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// docs/routing.md's worked example, step by step.
+
+TEST(WorkedExample, OfTheRoutingDoc) {
+  RoutingOptions o;
+  o.policy = RoutingPolicy::expected_finish;
+  o.exploration = 0;
+  Scheduler s(100, o);
+  s.add_model(kModel);
+  constexpr ReplicaId kA = 1, kB = 2, kC = 3, kD = 4;
+  for (ReplicaId r = kA; r <= kD; ++r) {
+    s.add_replica(r, kModel, 1);
+    s.set_measured_speeds(r, r <= kB ? 72.2 : 18.05, r <= kB ? 18 : 4.5);
+  }
+  s.set_routable(kD, false);
+  auto reviewing = [](std::uint64_t prefix, std::uint64_t id, std::uint32_t case_tokens = 2000) {
+    Request r = review(prefix, 5000, id, case_tokens);
+    r.max_tokens = 8;
+    return r;
+  };
+  auto only = [&](Request r, ReplicaId on) {
+    for (ReplicaId other = kA; other <= kC; ++other) {
+      if (other != on) {
+        r.exclude.push_back(other);
+      }
+    }
+    return r;
+  };
+  // A holds P1 and ends at 97.4 s, B holds P2 and ends at 137.4 s, C holds P3.
+  EXPECT_EQ(granted(s, 101, only(reviewing(1, 101), kA)), kA);
+  EXPECT_EQ(granted(s, 102, only(reviewing(2, 102, 4888), kB)), kB);
+  EXPECT_EQ(granted(s, 103, only(reviewing(3, 103), kC)), kC);
+  queued(s, 1, reviewing(1, 1), 1);  // W1
+  queued(s, 2, reviewing(3, 2), 2);  // W2
+  const double t = 77.4;             // A frees in 20 s, B in 60 s
+  // 1. C frees: W2 reuses P3 there (113.0 s); behind A it would take 117.4 s.
+  EXPECT_EQ(pairs(s.release(kC, at_seconds(t))), (Pairs{{2, kC}}));
+  EXPECT_EQ(s.overtaken(1), 1u);
+  // 2. D is free: W1 would take 389.6 s there, 48.3 s behind A. Held until 380.3 s from now.
+  EXPECT_TRUE(s.set_routable(kD, true).empty());
+  EXPECT_TRUE(s.held(1));
+  EXPECT_NEAR(seconds_of(*s.next_wakeup()) - t, 380.3, 0.05);
+  // 3. W3 (P2) waits for B (88.3 s); W4 (P1) finds both next slots promised and takes D.
+  queued(s, 3, reviewing(2, 3), t);
+  EXPECT_TRUE(s.held(3));
+  EXPECT_EQ(granted(s, 4, reviewing(1, 4), t), kD);
+  // 4. A frees: W1 gets it; with nothing free, W3 is no longer held.
+  EXPECT_EQ(pairs(s.release(kA, at_seconds(t + 20))), (Pairs{{1, kA}}));
+  EXPECT_FALSE(s.held(3));
+  EXPECT_EQ(s.next_wakeup(), std::nullopt);
+}
+
 }  // namespace
 }  // namespace fg::scheduling

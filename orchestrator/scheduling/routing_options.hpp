@@ -38,8 +38,8 @@ struct RoutingOptions {
   // dominate such a sample); likewise fewer generated tokens for decode.
   std::uint32_t min_prefill_sample_tokens = 32;
   std::uint32_t min_decode_sample_tokens = 2;
-  // Share of grants with a choice of free replicas that go to a random one, so that a phone
-  // believed slow (recovered, new, badly seeded) still gets fresh samples.
+  // expected_finish: share of grants with a choice of free replicas that go to a random one, so
+  // that a phone believed slow (recovered, new, badly seeded) still gets fresh samples.
   double exploration = 0.01;
 
   // --- Tokens

@@ -690,12 +690,13 @@ std::optional<Scheduler::Pick> Scheduler::select_expected_finish(
         continue;
       }
       clear_hold(m, w);
-      // Older waiters of the same queue that could have used this slot were overtaken, unless
+      // Older waiters of the same queue that could have used this slot are overtaken, unless
       // they chose to wait for a busy one.
+      std::vector<std::list<Waiter>::iterator> overtaken;
       for (std::size_t i = chosen->cursor + 1; i < chosen->entries.size(); ++i) {
         const Entry& other = chosen->entries[i];
         if (other.it->seq < w.seq && has_index(other.usable, e.index)) {
-          ++other.it->overtaken;
+          overtaken.push_back(other.it);
         }
       }
       std::size_t index = e.index;
@@ -706,7 +707,8 @@ std::optional<Scheduler::Pick> Scheduler::select_expected_finish(
       }
       return Pick{.place = {.model = &m, .band = priority, .tenant = chosen->tenant, .it = e.it},
                   .replica = m.replicas[index],
-                  .index = index};
+                  .index = index,
+                  .overtaken = std::move(overtaken)};
     }
   }
   return std::nullopt;
@@ -806,6 +808,9 @@ Grant Scheduler::bind(Model& m, const Pick& pick) {
   bound_[w.id] = bid;
   bindings_.emplace(bid, std::move(b));
   m.rotation = (pick.index + 1) % m.replicas.size();
+  for (auto it : pick.overtaken) {
+    ++it->overtaken;
+  }
   const Grant grant{.waiter = w.id, .replica = id};
   dequeue(pick.place);
   return grant;

@@ -228,6 +228,8 @@ class Scheduler {
     Place place;
     ReplicaId replica = 0;
     std::size_t index = 0;  // of the replica in the model's routing order
+    // Older waiters of the same queue that could have used the slot: counted when it is bound.
+    std::vector<std::list<Waiter>::iterator> overtaken{};
   };
   struct FreeAt {
     double seconds = 0;  // from now

@@ -168,10 +168,14 @@ std::optional<net::ErrorReply> admin_head_refusal(const AdminContext* ctx,
   const auto auth = head[http::field::authorization];
   const bool admin_ok = !ctx->admin_token.empty() && bearer_matches(auth, ctx->admin_token);
   constexpr std::string_view kReplicas = "/admin/v1/replicas/";
+  const std::string_view rest =
+      path.size() > kReplicas.size() && path.substr(0, kReplicas.size()) == kReplicas
+          ? path.substr(kReplicas.size())
+          : std::string_view{};
+  // "{id}/heartbeat", "{id}/deregister": one path segment before the action.
   const auto ends_with = [&](std::string_view suffix) {
-    return path.size() > kReplicas.size() + suffix.size() &&
-           path.substr(0, kReplicas.size()) == kReplicas &&
-           path.substr(path.size() - suffix.size()) == suffix;
+    return rest.size() > suffix.size() && rest.substr(rest.size() - suffix.size()) == suffix &&
+           rest.find('/') == rest.size() - suffix.size();
   };
   if (path == "/admin/v1/replicas/register" || ends_with("/heartbeat") ||
       ends_with("/deregister")) {

@@ -43,7 +43,10 @@ struct ReadResult {
   Kind kind = Kind::failed;
   ReadFailure failure = ReadFailure::closed;
   std::optional<ErrorReply> reply;  // refused: the answer; failed: what to tell the client
-  bool body_unread = false;         // refused: a body was announced and not read
+  // refused: the connection cannot carry another request (a body was announced and not read,
+  // or the head check failed)
+  bool must_close = false;
+  std::string reason;  // what it is counted as; "" for the ordinary ends of a connection
 };
 
 // Reads one request into out. Each phase (idle wait, head, body) has one deadline, set when it
@@ -68,6 +71,7 @@ asio::awaitable<ReadResult> read_request(Conn* conn, beast::flat_buffer* buffer,
         co_return result;
       case RequestReader::State::head_done: {
         std::optional<ErrorReply> refusal;
+        bool check_failed = false;
         if (hooks->check_head) {
           try {
             refusal = hooks->check_head(reader.message());
@@ -76,6 +80,7 @@ asio::awaitable<ReadResult> read_request(Conn* conn, beast::flat_buffer* buffer,
                        {{"listener", hooks->listener}, {"exception", current_exception_type()}});
             refusal = ErrorReply{
                 500, "internal_error", "the server failed while reading this request", {}};
+            check_failed = true;
           }
         }
         const HeadFacts facts = reader.head_facts();
@@ -84,7 +89,8 @@ asio::awaitable<ReadResult> read_request(Conn* conn, beast::flat_buffer* buffer,
         if (decision.reply) {
           result.kind = ReadResult::Kind::refused;
           result.reply = std::move(decision.reply);
-          result.body_unread = facts.has_body();
+          result.must_close = facts.has_body() || check_failed;
+          result.reason = check_failed ? "exception" : result.reply->code;
           *out = reader.release();
           co_return result;
         }
@@ -195,12 +201,14 @@ asio::awaitable<void> serve_session(const SessionHooks* hooks, std::unique_ptr<C
     limits = hooks->limits();
     Request request;
     const ReadResult read = co_await read_request(conn.get(), &buffer, &limits, hooks, &request);
+    const std::string reason = read.kind == ReadResult::Kind::failed
+                                   ? std::string(failure_reason(read.failure))
+                                   : read.reason;
+    if (!reason.empty()) {
+      count(hooks, reason);
+    }
     if (read.kind == ReadResult::Kind::failed && !read.reply) {
-      // The client left, an idle connection timed out, or a slow one was cut: nothing to say.
-      if (auto reason = failure_reason(read.failure); !reason.empty()) {
-        count(hooks, reason);
-      }
-      break;
+      break;  // the client left, an idle connection timed out, or a slow one was cut
     }
     BusyGuard busy(hooks->tracker, tracked.id);
     const bool draining = hooks->tracker != nullptr && hooks->tracker->draining();
@@ -208,12 +216,11 @@ asio::awaitable<void> serve_session(const SessionHooks* hooks, std::unique_ptr<C
                                  ? new_request_id(*hooks->id_rng)
                                  : request_id_for(request["X-Request-Id"], *hooks->id_rng);
     // A body left unread ends the connection: its bytes cannot be told from the next request.
-    const bool keep_alive = read.kind != ReadResult::Kind::failed && !read.body_unread &&
+    const bool keep_alive = read.kind != ReadResult::Kind::failed && !read.must_close &&
                             request.keep_alive() && !draining;
     ResponseWriter writer(*conn, std::move(request_id), keep_alive, limits.write_timeout);
 
     if (read.kind != ReadResult::Kind::request) {
-      count(hooks, read.reply->code);
       co_await writer.send_reply(*read.reply);
       again = writer.keep_alive() && writer.finished();
       continue;

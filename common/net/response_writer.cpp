@@ -66,7 +66,7 @@ asio::awaitable<bool> ResponseWriter::send_error(unsigned status, std::string me
     co_return co_await send_full(status, "application/json",
                                  openai::error_body(message, type, code, param), std::move(extra));
   }
-  if (!streaming_ || !event_stream_ || finished_) {
+  if (!event_stream_ || finished_) {
     co_return false;
   }
   // No co_await inside && or ?: anywhere: GCC 12 miscompiles it (SIGILL at run time).
@@ -86,18 +86,26 @@ asio::awaitable<bool> ResponseWriter::begin_stream(unsigned status, std::string 
                                                    std::vector<Header> extra) {
   extra.emplace_back("Cache-Control", "no-cache");
   extra.emplace_back("X-Accel-Buffering", "no");
-  co_return co_await begin_body(status, std::move(content_type), std::nullopt, std::move(extra));
+  // An event stream whatever type its source named: the client asked for one.
+  co_return co_await begin(status, std::move(content_type), std::nullopt, std::move(extra), true);
 }
 
 asio::awaitable<bool> ResponseWriter::begin_body(unsigned status, std::string content_type,
                                                  std::optional<std::uint64_t> length,
                                                  std::vector<Header> extra) {
+  const bool event_stream = content_type.rfind("text/event-stream", 0) == 0;
+  co_return co_await begin(status, std::move(content_type), length, std::move(extra), event_stream);
+}
+
+asio::awaitable<bool> ResponseWriter::begin(unsigned status, std::string content_type,
+                                            std::optional<std::uint64_t> length,
+                                            std::vector<Header> extra, bool event_stream) {
   if (head_sent_) {
     co_return false;
   }
   head_sent_ = true;
   streaming_ = !length.has_value();
-  event_stream_ = content_type.rfind("text/event-stream", 0) == 0;
+  event_stream_ = streaming_ && event_stream;
   status_ = status;
   auto headers = base_headers();
   headers.insert(headers.end(), extra.begin(), extra.end());

@@ -49,10 +49,12 @@ class ResponseWriter {
   boost::asio::awaitable<bool> send_error(unsigned status, std::string message, std::string code,
                                           std::vector<Header> extra = {}, std::string param = {});
   boost::asio::awaitable<bool> send_reply(ErrorReply reply);
-  // Starts a chunked event stream (Cache-Control: no-cache, X-Accel-Buffering: no).
+  // Starts a chunked event stream (Cache-Control: no-cache, X-Accel-Buffering: no); an error
+  // can end it with an SSE error event whatever content_type says.
   boost::asio::awaitable<bool> begin_stream(unsigned status, std::string content_type,
                                             std::vector<Header> extra = {});
-  // Starts a response whose body follows in pieces: of the given length, or chunked without one.
+  // Starts a response whose body follows in pieces: of the given length, or chunked without one
+  // (an error can end it with an SSE error event only when content_type is text/event-stream).
   boost::asio::awaitable<bool> begin_body(unsigned status, std::string content_type,
                                           std::optional<std::uint64_t> length,
                                           std::vector<Header> extra = {});
@@ -64,6 +66,9 @@ class ResponseWriter {
   boost::asio::awaitable<bool> keepalive();
 
  private:
+  boost::asio::awaitable<bool> begin(unsigned status, std::string content_type,
+                                     std::optional<std::uint64_t> length, std::vector<Header> extra,
+                                     bool event_stream);
   boost::asio::awaitable<bool> write(std::string bytes);
   std::vector<Header> base_headers() const;
 

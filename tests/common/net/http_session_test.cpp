@@ -226,6 +226,39 @@ asio::awaitable<void> trickle(tcp::socket* s, bool* done) {
   *done = true;
 }
 
+TEST_F(SessionTest, AHeadCheckThatThrowsIsA500AndClosesEvenWithoutBody) {
+  int served = 0;
+  hooks_.handle = [&served](ServerRequest r) { return answers_ok(r, &served); };
+  hooks_.check_head = [](const Request&) -> std::optional<ErrorReply> {
+    throw std::out_of_range("bug");
+  };
+  connect();
+  script("GET /a HTTP/1.1\r\nHost: t\r\n\r\nGET /b HTTP/1.1\r\nHost: t\r\n\r\n");
+  run();
+  EXPECT_EQ(received_.rfind("HTTP/1.1 500 ", 0), 0u) << received_;
+  EXPECT_NE(received_.find("Connection: close"), std::string::npos);
+  EXPECT_EQ(received_.find("HTTP/1.1", 1), std::string::npos) << "one answer only";
+  EXPECT_EQ(served, 0);
+  EXPECT_EQ(counted_, std::vector<std::string>{"exception"});
+}
+
+asio::awaitable<bool> abandons_json_body(ServerRequest r) {
+  co_await r.writer->begin_body(200, "application/json", std::nullopt);
+  co_await r.writer->send_chunk("{\"partial\":");
+  co_return true;
+}
+
+TEST_F(SessionTest, AnUnfinishedBodyThatIsNoEventStreamIsCutWithoutAnErrorEvent) {
+  hooks_.handle = [](ServerRequest r) { return abandons_json_body(r); };
+  connect();
+  script(std::string(kPost) + std::string(kPost));
+  run();
+  EXPECT_EQ(received_.rfind("HTTP/1.1 200 ", 0), 0u) << received_;
+  EXPECT_NE(received_.find("{\"partial\":"), std::string::npos);
+  EXPECT_EQ(received_.find("data:"), std::string::npos) << "no SSE event inside a JSON body";
+  EXPECT_EQ(received_.find("HTTP/1.1", 1), std::string::npos) << "the connection closed";
+}
+
 TEST_F(SessionTest, AHeadTricklingPastTheHeaderTimeoutIsCut) {
   int served = 0;
   hooks_.handle = [&served](ServerRequest r) { return answers_ok(r, &served); };

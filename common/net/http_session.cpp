@@ -165,11 +165,9 @@ class BusyGuard {
   }
   BusyGuard(const BusyGuard&) = delete;
   BusyGuard& operator=(const BusyGuard&) = delete;
-  ~BusyGuard() { release(); }
-  void release() {
+  ~BusyGuard() {
     if (tracker_ != nullptr) {
       tracker_->set_busy(id_, false);
-      tracker_ = nullptr;
     }
   }
 

@@ -18,7 +18,7 @@ import { startFakeReplica } from './lib/fake_replica.mjs';
 import {
   FLEETGATE_BIN, eventually, makeTempDir, makeTestCerts, removeDir, request, startGateway, stopChecked, toYaml,
 } from './lib/gateway.mjs';
-import { ADMIN_TOKEN, FAST_HEALTH, REGISTRATION_TOKEN, TOKEN_ENV } from './lib/lifecycle_util.mjs';
+import { ADMIN_TOKEN, FAST_HEALTH, REGISTRATION_TOKEN, TOKEN_ENV, reload, rewriteConfig } from './lib/lifecycle_util.mjs';
 import { openFileLimits, rawConnect, startGatewayWithFileLimit } from './lib/raw_client.mjs';
 
 const KEY = 'sk-hardening-7f3a';
@@ -298,6 +298,24 @@ describe('connection caps', () => {
     } finally {
       held.forEach((c) => c.destroy());
     }
+  });
+
+  test('a reload applies new caps to new connections; caps that do not fit are refused', async () => {
+    rewriteConfig(gw, { server: { max_connections: 1, max_connections_per_ip: 0 }, models: [{ name: 'm', endpoints: [] }] });
+    assert.equal((await reload(gw)).msg, 'configuration reloaded');
+    const first = await rawConnect(gw.publicUrl);
+    try {
+      await gw.waitForMetric('fleetgate_connections_open', { listener: 'public' }, (v) => v === 1);
+      const second = await rawConnect(gw.publicUrl);
+      assert.ok(await second.closedWithin(5000), 'the second connection is over the new cap');
+      second.destroy();
+    } finally {
+      first.destroy();
+    }
+    rewriteConfig(gw, { server: { max_connections: 4000000000 }, models: [{ name: 'm', endpoints: [] }] });
+    const refused = await reload(gw);
+    assert.match(refused.msg, /^reload refused/);
+    assert.match(refused.error, /server\.max_connections/);
   });
 
   test('over server.max_connections_per_ip that address is refused, others are not', async () => {

@@ -147,13 +147,18 @@ asio::awaitable<bool> ResponseWriter::end_stream(std::string last) {
 }
 
 asio::awaitable<bool> ResponseWriter::keepalive() {
-  if (content_started_ || finished_) {
+  // A comment only keeps an idle line open. While another write is in progress the line is not
+  // idle, and waiting for that write could put the comment after the stream's last chunk.
+  if (content_started_ || finished_ || writing_) {
     co_return !broken_;
   }
   if (!head_sent_) {
     bool opened = co_await begin_stream(200, "text/event-stream");
     if (!opened) {
       co_return false;
+    }
+    if (content_started_ || finished_ || writing_) {
+      co_return !broken_;
     }
   }
   co_return co_await write(chunk(openai::sse_comment("keep-alive")));

@@ -62,7 +62,9 @@ class ResponseWriter {
   boost::asio::awaitable<bool> send_chunk(std::string data);
   // Ends the body; last (when not empty) is its final piece, sent in the same write.
   boost::asio::awaitable<bool> end_stream(std::string last = {});
-  // ": keep-alive" comment; opens the stream with 200 first if needed. Not content.
+  // ": keep-alive" comment; opens the stream with 200 first if needed. Not content. Skipped
+  // when content started, the response finished, or another write is in progress, so a comment
+  // never follows the end of a stream.
   boost::asio::awaitable<bool> keepalive();
 
  private:

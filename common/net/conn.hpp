@@ -13,6 +13,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/beast/core/error.hpp>
 
+#include "common/net/session_tracker.hpp"
 #include "common/net/url.hpp"
 
 namespace fg::net {
@@ -30,7 +31,7 @@ struct IoResult {
 // A connected byte stream, plain TCP or TLS over TCP, so that HTTP handling is written once for
 // both. One read and one write may be outstanding at the same time (as for Asio sockets); every
 // operation honours the coroutine's cancellation and the deadline set with expires_after.
-class Conn {
+class Conn : public Closable {
  public:
   virtual ~Conn() = default;
   virtual asio::awaitable<IoResult> read_some(asio::mutable_buffer buffer) = 0;
@@ -39,7 +40,7 @@ class Conn {
   // TLS close_notify where applicable, then a TCP shutdown of the sending side.
   virtual asio::awaitable<void> shutdown() = 0;
   // Closes at once; pending operations complete with operation_aborted.
-  virtual void close() = 0;
+  void close() override = 0;
   virtual bool is_open() const = 0;
   // Whether the peer sent something nobody has read yet (bytes, a TLS record, its close or a
   // reset), found without reading or waiting. An idle keep-alive connection for which this holds

@@ -6,97 +6,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/http/error.hpp>
-#include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/status.hpp>
 
 namespace fg::net {
-
-namespace {
-
-constexpr std::size_t kReadChunk = 4 * 1024;
-constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) {
-    return false;
-  }
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
-asio::awaitable<ReadOutcome> read_request(Conn& conn, beast::flat_buffer& buffer,
-                                          const RequestLimits& limits,
-                                          std::chrono::steady_clock::duration idle_timeout,
-                                          Request& out) {
-  http::request_parser<http::string_body> parser;
-  parser.header_limit(static_cast<std::uint32_t>(limits.header_limit));
-  parser.body_limit(limits.body_limit);
-  parser.eager(true);
-  bool started = buffer.size() > 0;
-  bool continue_sent = false;
-  conn.expires_after(started ? limits.timeout : idle_timeout);
-
-  for (;;) {
-    if (buffer.size() > 0) {
-      error_code ec;
-      std::size_t used = parser.put(buffer.data(), ec);
-      buffer.consume(used);
-      if (ec == http::error::body_limit) {
-        co_return ReadOutcome::body_too_large;
-      }
-      if (ec == http::error::header_limit) {
-        co_return ReadOutcome::header_too_large;
-      }
-      if (ec && ec != http::error::need_more) {
-        co_return ReadOutcome::bad_request;
-      }
-      if (parser.is_done()) {
-        out = parser.release();
-        co_return ReadOutcome::ok;
-      }
-      if (parser.is_header_done() && !continue_sent) {
-        continue_sent = true;
-        auto expect = parser.get()[http::field::expect];
-        if (iequals(expect, "100-continue")) {
-          auto [wec, n] = co_await conn.write(asio::buffer(kContinue));
-          if (wec) {
-            co_return ReadOutcome::closed;
-          }
-        }
-      }
-      if (!ec && used > 0 && buffer.size() > 0) {
-        continue;
-      }
-    }
-    asio::mutable_buffer space;
-    try {
-      space = buffer.prepare(kReadChunk);
-    } catch (const std::length_error&) {
-      co_return parser.is_header_done() ? ReadOutcome::body_too_large
-                                        : ReadOutcome::header_too_large;
-    }
-    auto [ec, n] = co_await conn.read_some(space);
-    if (ec) {
-      if (ec == beast::error::timeout) {
-        co_return started ? ReadOutcome::timeout : ReadOutcome::closed;
-      }
-      co_return (started && parser.got_some()) ? ReadOutcome::bad_request : ReadOutcome::closed;
-    }
-    buffer.commit(n);
-    if (!started) {
-      started = true;
-      conn.expires_after(limits.timeout);
-    }
-  }
-}
 
 asio::awaitable<void> watch_client(Conn* conn, beast::flat_buffer* buffer, std::size_t cap) {
   for (;;) {

@@ -1,6 +1,5 @@
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,32 +10,14 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/message.hpp>
-#include <boost/beast/http/string_body.hpp>
 
 #include "common/net/conn.hpp"
+#include "common/net/request_reader.hpp"
+#include "common/net/request_rules.hpp"
 
 namespace fg::net {
 
 namespace http = beast::http;
-using Request = http::request<http::string_body>;
-using Header = std::pair<std::string, std::string>;
-
-enum class ReadOutcome { ok, closed, timeout, body_too_large, header_too_large, bad_request };
-
-struct RequestLimits {
-  std::size_t header_limit = 16 * 1024;
-  std::uint64_t body_limit = 4 * 1024 * 1024;
-  std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);
-};
-
-// Reads one request (headers and whole body) from conn, using and refilling buffer (bytes beyond
-// the request stay in it for the next one). Answers "Expect: 100-continue" itself. The deadline
-// covers the whole request; it starts when the first byte arrives, so idle keep-alive connections
-// wait with idle_timeout instead.
-asio::awaitable<ReadOutcome> read_request(Conn& conn, beast::flat_buffer& buffer,
-                                          const RequestLimits& limits,
-                                          std::chrono::steady_clock::duration idle_timeout,
-                                          Request& out);
 
 // Completes only when the client is gone (EOF or error), so it can run beside the work of a
 // request (awaitable operator ||) and cancel it. Bytes the client pipelines meanwhile stay in

@@ -1,5 +1,7 @@
 #include "common/net/server.hpp"
 
+#include <sys/resource.h>
+
 #include <stdexcept>
 
 #include <boost/asio/as_tuple.hpp>
@@ -29,11 +31,13 @@ void spawn_logged(asio::any_io_executor executor, asio::awaitable<void> task, co
 }
 
 Listener::Listener(asio::any_io_executor executor, const HostPort& address,
-                   std::shared_ptr<asio::ssl::context> tls, Handler handler, std::string name)
+                   std::shared_ptr<asio::ssl::context> tls, Handler handler, std::string name,
+                   ConnectionCaps caps)
     : acceptor_(executor),
       tls_(std::move(tls)),
       handler_(std::move(handler)),
-      name_(std::move(name)) {
+      name_(std::move(name)),
+      limiter_(std::make_shared<ConnectionLimiter>(caps)) {
   error_code ec;
   auto ip = asio::ip::make_address(address.host, ec);
   if (ec) {
@@ -66,6 +70,21 @@ void Listener::stop() {
   acceptor_.close(ec);
 }
 
+void Listener::refuse(Admission why) {
+  if (on_refused) {
+    on_refused(why);
+  }
+  std::uint64_t held_back = 0;
+  if (refused_log_.allow(std::chrono::steady_clock::now(), &held_back)) {
+    const auto& caps = limiter_->caps();
+    log::warn("connection refused: too many open connections",
+              {{"listener", name_},
+               {"reason", to_string(why)},
+               {"limit", why == Admission::over_total ? caps.total : caps.per_address},
+               {"refused_unlogged_before", held_back}});
+  }
+}
+
 asio::awaitable<void> Listener::accept_loop(Listener* self) {
   for (;;) {
     auto [ec, socket] = co_await self->acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
@@ -74,16 +93,41 @@ asio::awaitable<void> Listener::accept_loop(Listener* self) {
         co_return;
       }
       // Out of file descriptors and similar: note it, pause briefly, keep serving.
-      log::warn("accept failed", {{"listener", self->name_}, {"error", ec.message()}});
+      std::uint64_t held_back = 0;
+      if (self->accept_error_log_.allow(std::chrono::steady_clock::now(), &held_back)) {
+        log::warn("accept failed", {{"listener", self->name_},
+                                    {"error", ec.message()},
+                                    {"failed_unlogged_before", held_back}});
+      }
       asio::steady_timer pause(self->acceptor_.get_executor(), std::chrono::milliseconds(50));
       co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
       continue;
     }
-    spawn_logged(self->acceptor_.get_executor(), serve(self, std::move(socket)), "connection");
+    error_code peer_ec;
+    const auto peer = socket.remote_endpoint(peer_ec);
+    if (peer_ec) {
+      continue;  // already gone (reset before we got to it); the socket closes here
+    }
+    std::string address = peer.address().to_string();
+    const Admission admission = self->limiter_->admit(address);
+    if (admission != Admission::admitted) {
+      socket.close(peer_ec);
+      self->refuse(admission);
+      continue;
+    }
+    spawn_logged(self->acceptor_.get_executor(),
+                 serve(self, std::move(socket), self->limiter_, std::move(address)), "connection");
   }
 }
 
-asio::awaitable<void> Listener::serve(Listener* self, tcp::socket socket) {
+asio::awaitable<void> Listener::serve(Listener* self, tcp::socket socket,
+                                      std::shared_ptr<ConnectionLimiter> limiter,
+                                      std::string address) {
+  struct Admitted {
+    std::shared_ptr<ConnectionLimiter> limiter;
+    std::string address;
+    ~Admitted() { limiter->release(address); }
+  } admitted{std::move(limiter), std::move(address)};
   std::unique_ptr<Conn> conn;
   if (self->tls_) {
     conn = make_tls_server_conn(std::move(socket), *self->tls_);
@@ -98,6 +142,21 @@ asio::awaitable<void> Listener::serve(Listener* self, tcp::socket socket) {
     conn = make_plain_conn(std::move(socket));
   }
   co_await self->handler_(std::move(conn));
+}
+
+std::uint64_t raise_descriptor_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    return 0;
+  }
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      limit = raised;
+    }
+  }
+  return limit.rlim_cur == RLIM_INFINITY ? UINT64_MAX : static_cast<std::uint64_t>(limit.rlim_cur);
 }
 
 }  // namespace fg::net

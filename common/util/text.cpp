@@ -1,6 +1,10 @@
 #include "common/util/text.hpp"
 
 #include <algorithm>
+#include <cctype>
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
 
 namespace fg {
 
@@ -53,18 +57,73 @@ bool is_env_name(std::string_view s) {
 
 namespace fg {
 
+namespace {
+
+using Digest = std::array<unsigned char, SHA256_DIGEST_LENGTH>;
+
+Digest sha256(std::string_view text) {
+  Digest digest;
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest.data());
+  return digest;
+}
+
+}  // namespace
+
+std::optional<std::string_view> bearer_credentials(std::string_view header) {
+  constexpr std::string_view kScheme = "bearer";
+  if (header.size() <= kScheme.size() || header[kScheme.size()] != ' ') {
+    return std::nullopt;
+  }
+  for (std::size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) != kScheme[i]) {
+      return std::nullopt;
+    }
+  }
+  std::string_view rest = header.substr(kScheme.size());
+  rest.remove_prefix(std::min(rest.find_first_not_of(' '), rest.size()));
+  if (rest.empty()) {
+    return std::nullopt;
+  }
+  return rest;
+}
+
 bool bearer_matches(std::string_view header, std::string_view token) {
-  constexpr std::string_view kBearer = "Bearer ";
-  if (token.empty() || header.size() != kBearer.size() + token.size() ||
-      header.substr(0, kBearer.size()) != kBearer) {
+  if (token.empty()) {
     return false;
   }
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < token.size(); ++i) {
-    diff |= static_cast<unsigned char>(header[kBearer.size() + i]) ^
-            static_cast<unsigned char>(token[i]);
+  auto given = bearer_credentials(header);
+  // Hashed even when absent, so a missing header costs the same as a wrong one.
+  const Digest got = sha256(given.value_or(std::string_view{}));
+  const Digest want = sha256(token);
+  return CRYPTO_memcmp(got.data(), want.data(), want.size()) == 0 && given.has_value();
+}
+
+BearerKeys::BearerKeys(const std::vector<std::string>& keys) {
+  for (const auto& key : keys) {
+    if (!key.empty()) {
+      digests_.push_back(sha256(key));
+    }
   }
-  return diff == 0;
+}
+
+bool BearerKeys::matches(std::string_view header) const {
+  auto given = bearer_credentials(header);
+  const Digest got = sha256(given.value_or(std::string_view{}));
+  bool ok = false;
+  for (const auto& want : digests_) {
+    ok = (CRYPTO_memcmp(got.data(), want.data(), want.size()) == 0) || ok;
+  }
+  return ok && given.has_value();
+}
+
+bool has_control_character(std::string_view text) {
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace fg

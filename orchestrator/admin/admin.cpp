@@ -3,10 +3,12 @@
 #include <chrono>
 #include <ctime>
 #include <optional>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "common/net/http_io.hpp"
+#include "common/net/http_session.hpp"
 
 #include "common/log/log.hpp"
 #include "common/openai/errors.hpp"
@@ -289,31 +291,77 @@ Reply route(AdminContext& ctx, const net::Request& request) {
                              "not_found")};
 }
 
+// The admin listener's requests are small: registrations, heartbeats, admin calls, scrapes.
+net::SessionLimits admin_session_limits() {
+  net::SessionLimits limits;
+  limits.header_limit = 16 * 1024;
+  limits.body_limit = 64 * 1024;
+  limits.body_limit_key = "the admin listener's body limit";
+  limits.timeouts = {std::chrono::seconds(60), std::chrono::seconds(10), std::chrono::seconds(10)};
+  limits.write_timeout = std::chrono::seconds(10);
+  return limits;
+}
+
+// The tokens, checked from the head so that no body is read for a client that will get 401:
+// registration routes need the registration token (or the admin token), the rest of /admin/v1
+// the admin token when one is set. Everything else is left to route().
+std::optional<net::ErrorReply> admin_head_refusal(const AdminContext* ctx,
+                                                  const net::Request& head) {
+  const std::string_view target(head.target().data(), head.target().size());
+  const std::string_view path = target.substr(0, target.find('?'));
+  if (path.substr(0, 10) != "/admin/v1/") {
+    return std::nullopt;
+  }
+  const auto auth = head[http::field::authorization];
+  const bool admin_ok = !ctx->admin_token.empty() && bearer_matches(auth, ctx->admin_token);
+  constexpr std::string_view kReplicas = "/admin/v1/replicas/";
+  const std::string_view rest =
+      path.size() > kReplicas.size() && path.substr(0, kReplicas.size()) == kReplicas
+          ? path.substr(kReplicas.size())
+          : std::string_view{};
+  // "{id}/heartbeat", "{id}/deregister": one path segment before the action.
+  const auto ends_with = [&](std::string_view suffix) {
+    return rest.size() > suffix.size() && rest.substr(rest.size() - suffix.size()) == suffix &&
+           rest.find('/') == rest.size() - suffix.size();
+  };
+  if (path == "/admin/v1/replicas/register" || ends_with("/heartbeat") ||
+      ends_with("/deregister")) {
+    if (ctx->registration_token.empty() || admin_ok ||
+        bearer_matches(auth, ctx->registration_token)) {
+      return std::nullopt;
+    }
+    return net::ErrorReply{401, "invalid_token", "a valid registration token is required", {}};
+  }
+  if (ctx->admin_token.empty() || admin_ok) {
+    return std::nullopt;
+  }
+  return net::ErrorReply{401, "invalid_token", "a valid admin token is required", {}};
+}
+
+asio::awaitable<bool> serve_admin_request(AdminContext* ctx, net::ServerRequest r) {
+  Reply reply = route(*ctx, *r.request);
+  co_await r.writer->send_full(reply.status, reply.content_type, std::move(reply.body));
+  co_return r.writer->keep_alive() && r.writer->finished();
+}
+
+std::mt19937_64& admin_id_rng() {
+  static std::mt19937_64 rng{std::random_device{}()};
+  return rng;
+}
+
 }  // namespace
 
 asio::awaitable<void> run_admin_session(AdminContext* ctx, std::unique_ptr<net::Conn> conn) {
-  net::RequestLimits limits;
-  limits.body_limit = 1024 * 1024;
-  limits.timeout = std::chrono::seconds(10);
-  boost::beast::flat_buffer buffer;
-  for (;;) {
-    net::Request request;
-    auto outcome =
-        co_await net::read_request(*conn, buffer, limits, std::chrono::seconds(60), request);
-    if (outcome != net::ReadOutcome::ok) {
-      break;
-    }
-    Reply reply = route(*ctx, request);
-    bool keep_alive = request.keep_alive();
-    conn->expires_after(std::chrono::seconds(10));
-    auto bytes = net::full_response(reply.status, reply.content_type, reply.body, {}, keep_alive);
-    auto [ec, n] = co_await conn->write(asio::buffer(bytes));
-    if (ec || !keep_alive) {
-      break;
-    }
-  }
-  co_await conn->shutdown();
-  conn->close();
+  net::SessionHooks hooks;
+  hooks.listener = "admin";
+  hooks.limits = [] { return admin_session_limits(); };
+  hooks.check_head = [ctx](const net::Request& head) { return admin_head_refusal(ctx, head); };
+  hooks.handle = [ctx](net::ServerRequest r) { return serve_admin_request(ctx, r); };
+  hooks.count = [ctx](std::string_view reason) {
+    ctx->metrics->session_event("admin", std::string(reason));
+  };
+  hooks.id_rng = &admin_id_rng();
+  co_await net::serve_session(&hooks, std::move(conn));
 }
 
 }  // namespace fg::admin

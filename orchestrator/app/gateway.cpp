@@ -1,10 +1,13 @@
 #include "orchestrator/app/gateway.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <sstream>
+#include <stdexcept>
 
 #include "common/log/log.hpp"
+#include "common/util/text.hpp"
 #include "orchestrator/proxy/client_session.hpp"
 
 namespace fg::app {
@@ -13,9 +16,9 @@ namespace asio = boost::asio;
 
 namespace {
 
-std::vector<std::string> split_keys(const char* value) {
+std::vector<std::string> split_keys(const std::string& value) {
   std::vector<std::string> keys;
-  std::stringstream in(value ? value : "");
+  std::stringstream in(value);
   std::string key;
   while (std::getline(in, key, ',')) {
     auto first = key.find_first_not_of(" \t");
@@ -27,13 +30,57 @@ std::vector<std::string> split_keys(const char* value) {
   return keys;
 }
 
-const char* env_or_null(const std::string& name) {
-  return name.empty() ? nullptr : std::getenv(name.c_str());
+// The secret in the variable a key names ("" when unset). One with a control character is a
+// start-up error naming the variable: CR or LF in a header value would add header lines.
+std::string secret_from_env(const std::string& variable, const char* key) {
+  const char* value = variable.empty() ? nullptr : std::getenv(variable.c_str());
+  if (value == nullptr) {
+    return {};
+  }
+  if (has_control_character(value)) {
+    throw std::runtime_error(std::string(key) + ": the environment variable " + variable +
+                             " contains a control character (CR, LF, tab or another below 0x20, "
+                             "or DEL); a secret must be printable text");
+  }
+  return value;
+}
+
+// The admin listener's own cap, independent of server.max_connections: a flood of the public
+// listener never starves registrations, probes of readiness or /metrics.
+constexpr net::ConnectionCaps kAdminCaps{256, 64};
+// Descriptors kept besides client connections: listeners, log and configuration files, the
+// resolver, child processes' pipes, and connections to phones and their probes.
+constexpr std::uint64_t kBaseReserve = 256;
+constexpr std::uint64_t kPerLocalAgent = 4;
+
+net::ConnectionCaps public_caps(const config::Config& config) {
+  return {config.server.max_connections, config.server.max_connections_per_ip};
+}
+
+// Every client connection the caps allow, plus the reserve: for each replica the configuration
+// asks for, one connection per slot, its pooled idle ones and a probe.
+net::DescriptorBudget descriptor_budget(const config::Config& config) {
+  net::DescriptorBudget budget;
+  budget.public_connections = config.server.max_connections;
+  budget.admin_connections = kAdminCaps.total;
+  budget.reserve = kBaseReserve;
+  for (const auto& model : config.models) {
+    std::uint64_t slots = model.slots;
+    for (const auto& endpoint : model.endpoints) {
+      slots = std::max<std::uint64_t>(slots, endpoint.slots);
+    }
+    budget.reserve += model.desired_replicas() * (slots + config.upstream.max_idle_per_replica + 1);
+    if (model.local) {
+      budget.reserve += model.local->count * kPerLocalAgent;
+    }
+  }
+  return budget;
 }
 
 // Serves a public connection; a plain function (not a capturing coroutine lambda).
-asio::awaitable<void> serve_public(proxy::ProxyContext* ctx, std::unique_ptr<net::Conn> conn) {
-  return proxy::run_client_session(ctx, std::move(conn));
+asio::awaitable<void> serve_public(const net::SessionHooks* hooks,
+                                   std::unique_ptr<net::Conn> conn) {
+  return net::serve_session(hooks, std::move(conn));
 }
 
 }  // namespace
@@ -47,6 +94,11 @@ Gateway::Gateway(config::Config config, std::string config_path)
       hangup_(io_, SIGHUP),
       drain_timer_(io_) {
   const config::Config& current = configs_.current();
+  descriptor_limit_ = net::raise_descriptor_limit();
+  if (auto problem = net::check_descriptor_budget(descriptor_budget(current), descriptor_limit_,
+                                                  "server.max_connections")) {
+    throw std::runtime_error(*problem);
+  }
   upstream_tls_ = net::make_client_tls_context(current.upstream.ca_file);
   if (current.server.tls.enabled()) {
     public_tls_ = net::make_server_tls_context(current.server.tls.cert, current.server.tls.key);
@@ -61,16 +113,17 @@ Gateway::Gateway(config::Config config, std::string config_path)
   proxy_ctx_.upstream_tls = upstream_tls_.get();
   proxy_ctx_.sessions = &sessions_;
   proxy_ctx_.metrics = &metrics_;
-  if (!current.server.api_keys_env.empty()) {
-    proxy_ctx_.api_keys = split_keys(env_or_null(current.server.api_keys_env));
-  }
+  proxy_ctx_.api_keys =
+      BearerKeys(split_keys(secret_from_env(current.server.api_keys_env, "server.api_keys_env")));
   if (proxy_ctx_.api_keys.empty()) {
     log::warn("the public listener is open: no API keys are configured",
               {{"key", "server.api_keys_env"}, {"env", current.server.api_keys_env}});
   }
-  if (const char* key = env_or_null(current.upstream.api_key_env); key && *key) {
-    proxy_ctx_.upstream_authorization = std::string("Bearer ") + key;
+  if (auto key = secret_from_env(current.upstream.api_key_env, "upstream.api_key_env");
+      !key.empty()) {
+    proxy_ctx_.upstream_authorization = "Bearer " + key;
   }
+  public_hooks_ = proxy::public_session_hooks(&proxy_ctx_);
 
   admin_ctx_.configs = &configs_;
   admin_ctx_.registry = &registry_;
@@ -84,12 +137,10 @@ Gateway::Gateway(config::Config config, std::string config_path)
   proxy_ctx_.fleet = fleet_.get();
   local_fleet_ = std::make_unique<fleet::LocalFleet>(io_.get_executor(), &configs_, *fleet_);
   admin_ctx_.fleet = fleet_.get();
-  if (const char* token = env_or_null(current.admin.token_env); token && *token) {
-    admin_ctx_.admin_token = token;
-  }
-  if (const char* token = env_or_null(current.registration.token_env); token && *token) {
-    admin_ctx_.registration_token = token;
-  } else if (!current.registration.token_env.empty()) {
+  admin_ctx_.admin_token = secret_from_env(current.admin.token_env, "admin.token_env");
+  admin_ctx_.registration_token =
+      secret_from_env(current.registration.token_env, "registration.token_env");
+  if (admin_ctx_.registration_token.empty() && !current.registration.token_env.empty()) {
     log::warn("registration is off: its token variable is empty or unset",
               {{"key", "registration.token_env"}, {"env", current.registration.token_env}});
   }
@@ -103,25 +154,33 @@ Gateway::Gateway(config::Config config, std::string config_path)
       metrics_.set_slots(model.name, scheduler_.busy_slots(model.name),
                          scheduler_.free_slots(model.name));
     }
+    metrics_.set_open_connections("public", public_listener_->open_connections());
+    metrics_.set_open_connections("admin", admin_listener_->open_connections());
     fleet_->update_metrics();
   };
 
   public_listener_ = std::make_unique<net::Listener>(
       io_.get_executor(), current.server.listen, public_tls_,
       [this](std::unique_ptr<net::Conn> conn) {
-        return serve_public(&proxy_ctx_, std::move(conn));
+        return serve_public(&public_hooks_, std::move(conn));
       },
-      "public");
+      "public", public_caps(current));
+  public_listener_->on_refused = [this](net::Admission why) {
+    metrics_.connection_rejected("public", net::to_string(why));
+  };
   admin_listener_ = std::make_unique<net::Listener>(
       io_.get_executor(), current.admin.listen, admin_tls_,
       [this](std::unique_ptr<net::Conn> conn) {
         return admin::run_admin_session(&admin_ctx_, std::move(conn));
       },
-      "admin");
+      "admin", kAdminCaps);
+  admin_listener_->on_refused = [this](net::Admission why) {
+    metrics_.connection_rejected("admin", net::to_string(why));
+  };
 }
 
 Gateway::~Gateway() {
-  sessions_.on_drained = nullptr;
+  sessions_.forget_drain_callback();
   // Pooled replica connections are sockets: close them while the io_context still exists.
   for (const auto& replica : registry_.all()) {
     replica->idle.clear();
@@ -160,8 +219,15 @@ void Gateway::reload() {
   next.upstream.ca_file = current.upstream.ca_file;
   next.admin.token_env = current.admin.token_env;
   next.registration.token_env = current.registration.token_env;
+  if (auto problem = net::check_descriptor_budget(descriptor_budget(next), descriptor_limit_,
+                                                  "server.max_connections")) {
+    log::error("reload refused: the new connection caps do not fit; keeping the old configuration",
+               {{"error", *problem}});
+    return;
+  }
   const std::size_t models = next.models.size();
   configs_.replace(std::move(next));
+  public_listener_->set_caps(public_caps(configs_.current()));
   fleet_->reload();
   log::info("configuration reloaded", {{"file", config_path_}, {"models", models}});
 }
@@ -193,13 +259,6 @@ void Gateway::begin_shutdown(int signal_number) {
   public_listener_->stop();
   fleet_->stop();
   hangup_.cancel();
-  sessions_.on_drained = [this] {
-    log::info("drained: every request finished");
-    admin_listener_->stop();
-    drain_timer_.cancel();
-    local_fleet_->stop([this] { io_.stop(); });
-  };
-  sessions_.begin_drain();
   drain_timer_.expires_after(drain_timeout);
   drain_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec) {
@@ -214,6 +273,13 @@ void Gateway::begin_shutdown(int signal_number) {
     if (!ec) {
       begin_shutdown(sig);
     }
+  });
+  // Last: it may call back at once (nothing in flight).
+  sessions_.begin_drain([this] {
+    log::info("drained: every request finished");
+    admin_listener_->stop();
+    drain_timer_.cancel();
+    local_fleet_->stop([this] { io_.stop(); });
   });
 }
 

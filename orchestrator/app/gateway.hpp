@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -8,7 +9,9 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "common/net/http_session.hpp"
 #include "common/net/server.hpp"
+#include "common/net/session_tracker.hpp"
 #include "orchestrator/admin/admin.hpp"
 #include "orchestrator/config/config.hpp"
 #include "orchestrator/fleet/fleet_manager.hpp"
@@ -25,7 +28,8 @@ namespace fg::app {
 // One thread runs everything, so no state here needs a lock.
 class Gateway {
  public:
-  // Throws std::runtime_error for start-up problems (cannot bind, bad TLS files).
+  // Throws std::runtime_error for start-up problems (cannot bind, bad TLS files, a secret with a
+  // control character, connection caps that do not fit the file descriptor limit).
   // config_path is reread on SIGHUP (empty: the embedded default, not reloadable).
   Gateway(config::Config config, std::string config_path);
   // Runs until SIGTERM/SIGINT and the drain that follows. Returns the process exit code.
@@ -46,13 +50,16 @@ class Gateway {
   scheduling::Scheduler scheduler_;
   proxy::SlotBroker broker_;
   fleet::Registry registry_;
-  proxy::SessionTracker sessions_;
+  net::SessionTracker sessions_;
   metrics::Metrics metrics_;
   std::shared_ptr<boost::asio::ssl::context> upstream_tls_;
   std::shared_ptr<boost::asio::ssl::context> public_tls_;
   std::shared_ptr<boost::asio::ssl::context> admin_tls_;
   proxy::ProxyContext proxy_ctx_;
+  net::SessionHooks public_hooks_;
   admin::AdminContext admin_ctx_;
+  // RLIMIT_NOFILE after raising it at start; the connection caps must fit in it.
+  std::uint64_t descriptor_limit_ = 0;
 
   boost::asio::io_context io_{1};
 

@@ -102,6 +102,28 @@ Metrics::Metrics()
               .Help("Completion tokens per second of each replica's recent requests, from the "
                     "usage it reports.")
               .Register(*registry_)),
+      connections_rejected_(
+          prometheus::BuildCounter()
+              .Name("fleetgate_connections_rejected_total")
+              .Help("Client connections closed at once because a cap was reached, by listener and "
+                    "reason (max_connections, max_connections_per_ip).")
+              .Register(*registry_)),
+      connections_open_(prometheus::BuildGauge()
+                            .Name("fleetgate_connections_open")
+                            .Help("Open client connections, by listener.")
+                            .Register(*registry_)),
+      requests_refused_(
+          prometheus::BuildCounter()
+              .Name("fleetgate_requests_refused_total")
+              .Help("Requests the server layer answered itself before any handler ran (refused "
+                    "from the head, or not readable), by listener and reason.")
+              .Register(*registry_)),
+      session_failures_(
+          prometheus::BuildCounter()
+              .Name("fleetgate_session_failures_total")
+              .Help("Client connections dropped by the server layer, by listener and kind "
+                    "(write_timeout: the client stopped reading; exception: a handler failed).")
+              .Register(*registry_)),
       process_rss_(prometheus::BuildGauge()
                        .Name("fleetgate_process_resident_memory_bytes")
                        .Help("Resident memory of the gateway process.")
@@ -123,6 +145,15 @@ Metrics::Metrics()
                          .Register(*registry_)
                          .Add({})) {
   build_info_.Add({{"version", FLEETGATE_VERSION}}).Set(1);
+  for (const char* listener : {"public", "admin"}) {
+    for (const char* reason : {"max_connections", "max_connections_per_ip"}) {
+      connections_rejected_.Add({{"listener", listener}, {"reason", reason}});
+    }
+    for (const char* kind : {"write_timeout", "exception"}) {
+      session_failures_.Add({{"listener", listener}, {"kind", kind}});
+    }
+    connections_open_.Add({{"listener", listener}});
+  }
 }
 
 // Family::Add builds and hashes a label map on every call; the per-request series are looked up
@@ -230,6 +261,22 @@ void Metrics::set_replica(const std::string& model, const std::string& replica, 
                           double tokens_per_second) {
   replica_in_flight_.Add({{"model", model}, {"replica", replica}}).Set(in_flight);
   replica_tokens_per_second_.Add({{"model", model}, {"replica", replica}}).Set(tokens_per_second);
+}
+
+void Metrics::connection_rejected(const std::string& listener, const std::string& reason) {
+  connections_rejected_.Add({{"listener", listener}, {"reason", reason}}).Increment();
+}
+
+void Metrics::session_event(const std::string& listener, const std::string& reason) {
+  if (reason == "write_timeout" || reason == "exception") {
+    session_failures_.Add({{"listener", listener}, {"kind", reason}}).Increment();
+  } else {
+    requests_refused_.Add({{"listener", listener}, {"reason", reason}}).Increment();
+  }
+}
+
+void Metrics::set_open_connections(const std::string& listener, double open) {
+  connections_open_.Add({{"listener", listener}}).Set(open);
 }
 
 namespace {

@@ -38,6 +38,15 @@ class Metrics {
   void replica_state_change(const std::string& model, const std::string& to);
   void health_check(const std::string& replica, double seconds);
 
+  // The server layer of a listener ("public", "admin"): a connection a cap refused (reason
+  // max_connections or max_connections_per_ip), and what a session answered or dropped itself:
+  // reason "write_timeout" (a client that stopped reading) or "exception" (a handler failed)
+  // counts as a session failure, any other (an error code such as "invalid_api_key",
+  // "header_timeout") as a request the session refused.
+  void connection_rejected(const std::string& listener, const std::string& reason);
+  void session_event(const std::string& listener, const std::string& reason);
+  void set_open_connections(const std::string& listener, double open);
+
   // Per-replica series (bounded by fleet size; switched off by metrics.per_replica: false).
   void replica_request(const std::string& model, const std::string& replica,
                        const std::string& outcome);
@@ -86,6 +95,10 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& replica_requests_;
   prometheus::Family<prometheus::Gauge>& replica_in_flight_;
   prometheus::Family<prometheus::Gauge>& replica_tokens_per_second_;
+  prometheus::Family<prometheus::Counter>& connections_rejected_;
+  prometheus::Family<prometheus::Gauge>& connections_open_;
+  prometheus::Family<prometheus::Counter>& requests_refused_;
+  prometheus::Family<prometheus::Counter>& session_failures_;
   prometheus::Gauge& process_rss_;
   prometheus::Counter& process_cpu_;
   prometheus::Gauge& process_fds_;

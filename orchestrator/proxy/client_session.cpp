@@ -11,14 +11,14 @@
 
 #include "common/log/log.hpp"
 #include "common/net/http_io.hpp"
+#include "common/net/http_session.hpp"
 #include "common/openai/errors.hpp"
 #include "common/openai/inspect.hpp"
 #include "common/util/duration.hpp"
-#include "common/util/request_id.hpp"
-#include "common/util/text.hpp"
 #include "orchestrator/fleet/fleet_manager.hpp"
 #include "orchestrator/metrics/metrics.hpp"
 #include "orchestrator/proxy/client_writer.hpp"
+#include "orchestrator/proxy/public_routes.hpp"
 #include "orchestrator/proxy/upstream.hpp"
 
 namespace fg::proxy {
@@ -51,18 +51,6 @@ std::vector<net::Header> one_header(std::string name, std::string value) {
 
 std::vector<net::Header> retry_after_headers(std::string seconds) {
   return one_header("Retry-After", std::move(seconds));
-}
-
-bool authorized(const ProxyContext& ctx, std::string_view header) {
-  if (ctx.api_keys.empty()) {
-    return true;
-  }
-  // Every key is compared, each in constant time, so timing reveals neither key nor position.
-  bool ok = false;
-  for (const auto& key : ctx.api_keys) {
-    ok = bearer_matches(header, key) || ok;
-  }
-  return ok;
 }
 
 nlohmann::json model_object(const std::string& name) {
@@ -408,53 +396,61 @@ void log_request(ProxyContext* ctx, const ClientWriter& writer, const RequestRec
                                                       : nlohmann::json(nullptr)}});
 }
 
-// Serves one request; returns whether the connection may carry another.
-asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
-                                     boost::beast::flat_buffer* buffer, net::Request* request) {
+// The public routes, judged from the head before any body byte is read.
+std::optional<net::ErrorReply> check_head(const ProxyContext* ctx, const net::Request& head) {
+  const bool authorized =
+      ctx->api_keys.empty() || ctx->api_keys.matches(head[http::field::authorization]);
+  const std::string_view method(head.method_string().data(), head.method_string().size());
+  const std::string_view target(head.target().data(), head.target().size());
+  return route_public(method, target_path(target), authorized).refusal;
+}
+
+net::SessionLimits session_limits(const ProxyContext* ctx) {
+  const auto& server = ctx->configs->current().server;
+  net::SessionLimits limits;
+  limits.header_limit = kHeaderLimit;
+  limits.body_limit = server.max_body_bytes;
+  limits.body_limit_key = "server.max_body_bytes";
+  limits.timeouts = {server.idle_timeout, server.header_timeout, server.body_timeout};
+  limits.write_timeout = server.write_timeout;
+  limits.pipeline_cap = kPipelineCap;
+  return limits;
+}
+
+// Serves one request whose head check_head let through; returns whether the connection may
+// carry another.
+asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
   const auto start = Clock::now();
   // This request's configuration, kept to its end whatever a reload does meanwhile.
   const std::shared_ptr<const config::Config> config = ctx->configs->snapshot();
-  auto given_id = (*request)["X-Request-Id"];
-  std::string request_id = request_id_for(given_id, id_rng());
-  bool keep_alive = request->keep_alive() && !ctx->sessions->draining();
-  ClientWriter writer(*conn, request_id, keep_alive, config->server.write_timeout);
+  ClientWriter& writer = *r.writer;
+  const net::Request* request = r.request;
   RequestRecord record;
 
-  std::string_view target(request->target().data(), request->target().size());
-  std::string_view path = target.substr(0, target.find('?'));
+  const std::string_view target(request->target().data(), request->target().size());
+  const std::string_view path = target_path(target);
   record.endpoint = std::string(path);
-  const auto method = request->method();
+  const std::string_view method(request->method_string().data(), request->method_string().size());
 
   auto finish = [&]() -> bool { return writer.keep_alive() && writer.finished(); };
 
-  if (path.substr(0, 4) != "/v1/" && path != "/v1") {
-    co_await writer.send_error(404, "no route for " + std::string(path), "not_found");
+  const RouteDecision decision = route_public(method, path, true);
+  if (!decision.route) {
+    co_await writer.send_reply(*decision.refusal);
     co_return finish();
   }
-  if (!authorized(*ctx, (*request)[http::field::authorization])) {
-    record.outcome = "unauthorized";
-    co_await writer.send_error(401, "a valid API key is required (Authorization: Bearer <key>)",
-                               "invalid_api_key", one_header("WWW-Authenticate", "Bearer"));
+  if (*decision.route == PublicRoute::models) {
+    auto data = nlohmann::json::array();
+    for (const auto& model : config->models) {
+      data.push_back(model_object(model.name));
+    }
+    nlohmann::json list;
+    list["object"] = "list";
+    list["data"] = std::move(data);
+    co_await writer.send_full(200, "application/json", list.dump());
     co_return finish();
   }
-
-  if (path == "/v1/models" || path.substr(0, 11) == "/v1/models/") {
-    if (method != http::verb::get) {
-      co_await writer.send_error(405, "use GET for " + std::string(path), "method_not_allowed",
-                                 one_header("Allow", "GET"));
-      co_return finish();
-    }
-    if (path == "/v1/models") {
-      auto data = nlohmann::json::array();
-      for (const auto& model : config->models) {
-        data.push_back(model_object(model.name));
-      }
-      nlohmann::json list;
-      list["object"] = "list";
-      list["data"] = std::move(data);
-      co_await writer.send_full(200, "application/json", list.dump());
-      co_return finish();
-    }
+  if (*decision.route == PublicRoute::model) {
     std::string id(path.substr(11));
     for (const auto& model : config->models) {
       if (model.name == id) {
@@ -463,16 +459,6 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
       }
     }
     co_await writer.send_error(404, "the model '" + id + "' does not exist", "model_not_found");
-    co_return finish();
-  }
-
-  if (path != "/v1/chat/completions" && path != "/v1/completions" && path != "/v1/embeddings") {
-    co_await writer.send_error(404, "no route for " + std::string(path), "not_found");
-    co_return finish();
-  }
-  if (method != http::verb::post) {
-    co_await writer.send_error(405, "use POST for " + std::string(path), "method_not_allowed",
-                               one_header("Allow", "POST"));
     co_return finish();
   }
 
@@ -498,16 +484,16 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
 
   // The client may vanish at any time (watch_client); streamed requests get keep-alive comments
   // while they wait. Whichever ends first cancels the others.
-  conn->expires_never();
+  r.conn->expires_never();
   const auto interval = config->routing.keepalive_interval;
   bool client_gone = false;
   if (info.stream && interval.count() > 0) {
-    auto done = co_await (net::watch_client(conn, buffer, kPipelineCap) ||
+    auto done = co_await (net::watch_client(r) ||
                           proxy_flow(ctx, config.get(), request, &info, &writer, &record) ||
                           keepalive_loop(&writer, interval));
     client_gone = done.index() == 0;
   } else {
-    auto done = co_await (net::watch_client(conn, buffer, kPipelineCap) ||
+    auto done = co_await (net::watch_client(r) ||
                           proxy_flow(ctx, config.get(), request, &info, &writer, &record));
     client_gone = done.index() == 0;
   }
@@ -520,101 +506,18 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::Conn* conn,
 
 }  // namespace
 
-std::uint64_t SessionTracker::add(net::Conn* conn) {
-  auto id = next_id_++;
-  sessions_.emplace(id, Entry{conn, false});
-  return id;
-}
-
-void SessionTracker::remove(std::uint64_t id) {
-  sessions_.erase(id);
-  if (draining_ && sessions_.empty() && on_drained) {
-    auto callback = std::move(on_drained);
-    on_drained = nullptr;
-    callback();
-  }
-}
-
-void SessionTracker::set_busy(std::uint64_t id, bool busy) {
-  auto it = sessions_.find(id);
-  if (it != sessions_.end()) {
-    it->second.busy = busy;
-    if (!busy && draining_) {
-      it->second.conn->close();
-    }
-  }
-}
-
-void SessionTracker::begin_drain() {
-  draining_ = true;
-  for (auto& [id, entry] : sessions_) {
-    if (!entry.busy) {
-      entry.conn->close();
-    }
-  }
-  if (sessions_.empty() && on_drained) {
-    auto callback = std::move(on_drained);
-    on_drained = nullptr;
-    callback();
-  }
-}
-
-void SessionTracker::close_all() {
-  for (auto& [id, entry] : sessions_) {
-    entry.conn->close();
-  }
-}
-
-asio::awaitable<void> run_client_session(ProxyContext* ctx, std::unique_ptr<net::Conn> conn) {
-  struct Tracked {
-    SessionTracker* tracker;
-    std::uint64_t id;
-    ~Tracked() { tracker->remove(id); }
-  } tracked{ctx->sessions, ctx->sessions->add(conn.get())};
-
-  boost::beast::flat_buffer buffer(ctx->configs->current().server.max_body_bytes + kHeaderLimit +
-                                   kPipelineCap);
-
-  for (;;) {
-    if (ctx->sessions->draining()) {
-      break;
-    }
-    const auto config = ctx->configs->snapshot();
-    const auto& server = config->server;
-    net::RequestLimits limits;
-    limits.header_limit = kHeaderLimit;
-    limits.body_limit = server.max_body_bytes;
-    limits.timeout = server.header_timeout + server.body_timeout;
-    net::Request request;
-    auto outcome = co_await net::read_request(*conn, buffer, limits, server.idle_timeout, request);
-    if (outcome == net::ReadOutcome::closed || outcome == net::ReadOutcome::timeout) {
-      break;
-    }
-    ctx->sessions->set_busy(tracked.id, true);
-    if (outcome != net::ReadOutcome::ok) {
-      ClientWriter writer(*conn, new_request_id(id_rng()), false, server.write_timeout);
-      if (outcome == net::ReadOutcome::body_too_large) {
-        co_await writer.send_error(413,
-                                   "the request body exceeds server.max_body_bytes (" +
-                                       std::to_string(server.max_body_bytes) + " bytes)",
-                                   "request_too_large");
-      } else if (outcome == net::ReadOutcome::header_too_large) {
-        co_await writer.send_error(431, "the request headers are too large", "headers_too_large");
-      } else {
-        co_await writer.send_error(400, "malformed HTTP request", "bad_request");
-      }
-      break;
-    }
-    bool again = co_await handle_request(ctx, conn.get(), &buffer, &request);
-    if (!again) {
-      break;
-    }
-    ctx->sessions->set_busy(tracked.id, false);
-  }
-  // Lingering close: half-close, then read what the client still sends until it closes too, so
-  // that unread input does not turn our last response into a reset.
-  co_await conn->shutdown();
-  co_await net::drain_and_close(conn.get());
+net::SessionHooks public_session_hooks(ProxyContext* ctx) {
+  net::SessionHooks hooks;
+  hooks.listener = "public";
+  hooks.limits = [ctx] { return session_limits(ctx); };
+  hooks.check_head = [ctx](const net::Request& head) { return check_head(ctx, head); };
+  hooks.handle = [ctx](net::ServerRequest r) { return handle_request(ctx, r); };
+  hooks.count = [ctx](std::string_view reason) {
+    ctx->metrics->session_event("public", std::string(reason));
+  };
+  hooks.id_rng = &id_rng();
+  hooks.tracker = ctx->sessions;
+  return hooks;
 }
 
 }  // namespace fg::proxy

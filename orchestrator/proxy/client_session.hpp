@@ -1,16 +1,12 @@
 #pragma once
 
-#include <memory>
-
-#include <boost/asio/awaitable.hpp>
-
-#include "common/net/conn.hpp"
+#include "common/net/http_session.hpp"
 #include "orchestrator/proxy/context.hpp"
 
 namespace fg::proxy {
 
-// Serves one client connection of the public listener: HTTP/1.1 keep-alive, the OpenAI routes,
-// queueing, relaying and failover.
-boost::asio::awaitable<void> run_client_session(ProxyContext* ctx, std::unique_ptr<net::Conn> conn);
+// What the public listener's sessions (net::serve_session) do: the OpenAI routes and the API key
+// checked from the head, then queueing, relaying and failover. ctx outlives every session.
+net::SessionHooks public_session_hooks(ProxyContext* ctx);
 
 }  // namespace fg::proxy

@@ -1,10 +1,12 @@
 #include "replica-agent/agent/agent.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <stdexcept>
 
 #include "common/log/log.hpp"
+#include "common/util/text.hpp"
 #include "replica-agent/agent/session.hpp"
 #include "replica-agent/engines/engine_monitor.hpp"
 #include "replica-agent/registration/registrar.hpp"
@@ -16,18 +18,49 @@ namespace asio = boost::asio;
 namespace {
 
 // A plain function (not a capturing coroutine lambda, which GCC 12 can miscompile).
-asio::awaitable<void> serve_connection(AgentContext* ctx, std::unique_ptr<net::Conn> conn) {
-  return run_session(ctx, std::move(conn));
+asio::awaitable<void> serve_connection(const net::SessionHooks* hooks,
+                                       std::unique_ptr<net::Conn> conn) {
+  return net::serve_session(hooks, std::move(conn));
 }
 
-// The value of a variable a key names; empty or unset is a start-up error naming the key.
+// The value of a variable a key names; empty or unset is a start-up error naming the key, and so
+// is a control character (CR or LF in a header value would add header lines).
 std::string required_env(const std::string& variable, const char* key) {
   const char* value = std::getenv(variable.c_str());
   if (value == nullptr || *value == '\0') {
     throw std::runtime_error(std::string(key) + ": the environment variable " + variable +
                              " is not set or empty");
   }
+  if (has_control_character(value)) {
+    throw std::runtime_error(std::string(key) + ": the environment variable " + variable +
+                             " contains a control character (CR, LF, tab or another below 0x20, "
+                             "or DEL); a secret must be printable text");
+  }
   return value;
+}
+
+// Open connections the agent takes: its clients are a gateway or two (at most a connection per
+// slot, a few pooled ones and a probe each), so one address may hold half, and a flood from
+// elsewhere cannot take every descriptor.
+constexpr net::ConnectionCaps kAgentCaps{1024, 512};
+// Descriptors kept for engine connections (one per slot), the engine child and files.
+constexpr std::uint64_t kAgentReserve = kMaxAgentSlots + 64;
+
+// The caps, lowered (with a warning) when the descriptor limit cannot hold them.
+net::ConnectionCaps agent_caps(std::uint64_t descriptor_limit) {
+  net::ConnectionCaps caps = kAgentCaps;
+  if (descriptor_limit >= caps.total + kAgentReserve) {
+    return caps;
+  }
+  const std::uint64_t fits =
+      descriptor_limit > kAgentReserve + 16 ? descriptor_limit - kAgentReserve : 16;
+  caps.total = static_cast<std::uint32_t>(fits);
+  caps.per_address = std::min(caps.per_address, caps.total);
+  log::warn("few file descriptors: fewer client connections are allowed",
+            {{"descriptor_limit", descriptor_limit},
+             {"max_connections", caps.total},
+             {"max_connections_per_ip", caps.per_address}});
+  return caps;
 }
 
 std::size_t initial_slots(const AgentConfig& config, const sim::SimProfile* profile) {
@@ -53,7 +86,7 @@ Agent::Agent(AgentConfig config) : signals_(io_, SIGTERM, SIGINT), drain_timer_(
   AgentContext* ctx = ctx_.get();
   const AgentConfig& cfg = ctx->config;
   if (!cfg.api_key_env.empty()) {
-    ctx->api_key = required_env(cfg.api_key_env, "api_key_env");
+    ctx->api_key = BearerKeys({required_env(cfg.api_key_env, "api_key_env")});
   }
   std::string registration_token;
   if (cfg.gateway.enabled()) {
@@ -68,10 +101,13 @@ Agent::Agent(AgentConfig config) : signals_(io_, SIGTERM, SIGINT), drain_timer_(
   if (cfg.tls.enabled()) {
     server_tls = net::make_server_tls_context(cfg.tls.cert, cfg.tls.key);
   }
+  hooks_ = agent_session_hooks(ctx);
   listener_ = std::make_unique<net::Listener>(
       io_.get_executor(), cfg.listen, server_tls,
-      [ctx](std::unique_ptr<net::Conn> conn) { return serve_connection(ctx, std::move(conn)); },
-      "agent");
+      [this](std::unique_ptr<net::Conn> conn) {
+        return serve_connection(&hooks_, std::move(conn));
+      },
+      "agent", agent_caps(net::raise_descriptor_limit()));
   if (cfg.engine.kind != EngineKind::sim) {
     engine_ = std::make_unique<EngineMonitor>(io_.get_executor(), ctx);
   }

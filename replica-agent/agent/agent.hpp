@@ -6,6 +6,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "common/net/http_session.hpp"
 #include "common/net/server.hpp"
 #include "replica-agent/agent/context.hpp"
 #include "replica-agent/config/agent_config.hpp"
@@ -19,8 +20,8 @@ class EngineMonitor;
 // monitor and the registration with a gateway; handles SIGTERM/SIGINT with a drain.
 class Agent {
  public:
-  // Binds the listener and checks the environment (TLS files, key variables). Throws
-  // std::runtime_error naming the problem when it cannot start.
+  // Binds the listener and checks the environment (TLS files, key variables, the file
+  // descriptor limit). Throws std::runtime_error naming the problem when it cannot start.
   explicit Agent(AgentConfig config);
   ~Agent();
 
@@ -36,6 +37,7 @@ class Agent {
   // Order matters: io_context's destructor destroys suspended connection coroutines, which still
   // touch ctx_ (so it is destroyed after io_), while I/O objects go before io_.
   std::unique_ptr<AgentContext> ctx_;
+  net::SessionHooks hooks_;
   boost::asio::io_context io_;
   std::unique_ptr<net::Listener> listener_;
   std::unique_ptr<EngineMonitor> engine_;

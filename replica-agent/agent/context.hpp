@@ -6,8 +6,10 @@
 
 #include <boost/asio/ssl/context.hpp>
 
+#include "common/net/session_tracker.hpp"
+#include "common/util/text.hpp"
+
 #include "replica-agent/agent/admission.hpp"
-#include "replica-agent/agent/sessions.hpp"
 #include "replica-agent/config/agent_config.hpp"
 #include "replica-agent/engines/autotune.hpp"
 #include "replica-agent/engines/sim_model.hpp"
@@ -37,7 +39,7 @@ struct AgentContext {
   std::mt19937_64 sim_rng;  // failure and jitter draws: seeded, so a run is reproducible
   std::mt19937_64 id_rng;   // response and request ids only
   Admission admission;
-  SessionTracker sessions;
+  net::SessionTracker sessions;
   AgentMetrics metrics;
   DeviceFacts device;
   // The engine answers (sim: always; the others: once their health probe passed). Until then
@@ -45,7 +47,7 @@ struct AgentContext {
   bool engine_ready;
   // engine.autotune's progress and outcome (state off without it), shown in /health.
   autotune::Report autotune;
-  std::string api_key;  // bearer key required on /v1/* ("" = open), read from api_key_env
+  BearerKeys api_key;  // the bearer key /v1/* requires (empty = open), from api_key_env
   // Client TLS (system CAs) for an https gateway or engine URL.
   std::shared_ptr<boost::asio::ssl::context> client_tls;
 };

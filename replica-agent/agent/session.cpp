@@ -12,10 +12,12 @@
 
 #include "common/log/log.hpp"
 #include "common/net/http_io.hpp"
+#include "common/net/http_session.hpp"
 #include "common/openai/errors.hpp"
 #include "common/openai/inspect.hpp"
-#include "common/util/request_id.hpp"
+#include "common/util/json.hpp"
 #include "common/util/text.hpp"
+#include "replica-agent/agent/routes.hpp"
 #include "replica-agent/agent/sim_answer.hpp"
 #include "replica-agent/engines/proxy.hpp"
 
@@ -29,26 +31,18 @@ namespace {
 
 constexpr std::size_t kHeaderLimit = 16 * 1024;
 constexpr std::uint64_t kBodyLimit = 8 * 1024 * 1024;
-constexpr auto kReadTimeout = std::chrono::seconds(30);
+// The agent's own limits (it has no server.* keys): the same roles as the gateway's
+// server.header_timeout, body_timeout, idle_timeout and write_timeout.
+constexpr auto kHeaderTimeout = std::chrono::seconds(10);
+constexpr auto kBodyTimeout = std::chrono::seconds(60);
 constexpr auto kIdleTimeout = std::chrono::seconds(60);
-constexpr auto kReplyTimeout = std::chrono::seconds(10);
+// A client that stops reading is dropped after this and its slot freed. Longer than the
+// gateway's server.write_timeout (60 s by default): behind a gateway whose own client is slow,
+// the gateway (which stops reading from the phone meanwhile) decides, not the phone.
+constexpr auto kWriteTimeout = std::chrono::seconds(120);
 // Bytes a client may pipeline while a request is answered before we stop reading (and so stop
 // noticing a disconnect) on that connection.
 constexpr std::size_t kPipelineCap = 64 * 1024;
-
-// Built outside co_await expressions: GCC 12 cannot keep braced lists of string literals in a
-// coroutine frame.
-std::vector<net::Header> request_id_header(const std::string& request_id) {
-  std::vector<net::Header> headers;
-  headers.emplace_back("X-Request-Id", request_id);
-  return headers;
-}
-
-std::vector<net::Header> with_header(std::vector<net::Header> headers, std::string name,
-                                     std::string value) {
-  headers.emplace_back(std::move(name), std::move(value));
-  return headers;
-}
 
 // A whole response: a JSON body (or an OpenAI error) of known length.
 struct Reply {
@@ -66,13 +60,6 @@ Reply error_reply(unsigned status, const std::string& message, const std::string
   reply.body = openai::error_body(message, openai::error_type_for_status(static_cast<int>(status)),
                                   code, param);
   reply.outcome = code;
-  return reply;
-}
-
-Reply allow_only(const char* method, std::string_view path) {
-  Reply reply = error_reply(405, "use " + std::string(method) + " for " + std::string(path),
-                            "method_not_allowed");
-  reply.headers.emplace_back("Allow", method);
   return reply;
 }
 
@@ -103,13 +90,10 @@ Reply health_reply(const AgentContext& ctx) {
   return reply;
 }
 
-// Constant-time comparison of the request's bearer token with the configured key.
-asio::awaitable<bool> send_reply(net::Conn* conn, Reply reply, bool keep_alive) {
-  conn->expires_after(kReplyTimeout);
-  auto bytes =
-      net::full_response(reply.status, reply.content_type, reply.body, reply.headers, keep_alive);
-  auto [ec, n] = co_await conn->write(asio::buffer(bytes));
-  co_return !ec;
+asio::awaitable<bool> send_reply(net::ServerRequest r, Reply reply) {
+  co_await r.writer->send_full(reply.status, std::move(reply.content_type), std::move(reply.body),
+                               std::move(reply.headers));
+  co_return r.writer->keep_alive() && r.writer->finished();
 }
 
 // The endpoint-specific field the simulator reads the prompt from must have the right type.
@@ -147,27 +131,24 @@ double per_second(std::size_t n, double ms) {
 
 // Forwards an admitted request to a proxied engine while watching the client; returns whether
 // the connection may carry another request.
-asio::awaitable<bool> proxy_inference(AgentContext* ctx, net::Conn* conn,
-                                      boost::beast::flat_buffer* buffer,
-                                      const net::Request* request, std::string request_id,
-                                      bool keep_alive, std::optional<SlotGuard>* slot,
-                                      RequestRecord* record) {
+asio::awaitable<bool> proxy_inference(AgentContext* ctx, net::ServerRequest r,
+                                      std::optional<SlotGuard>* slot, RequestRecord* record) {
   ProxyProgress progress;
   progress.slot = slot;
   // A client that goes away cancels the forwarding, which closes the engine connection.
-  conn->expires_never();
-  auto done = co_await (net::watch_client(conn, buffer, kPipelineCap) ||
-                        forward_to_engine(ctx, conn, request, request_id, keep_alive, &progress));
+  r.conn->expires_never();
+  auto done =
+      co_await (net::watch_client(r) || forward_to_engine(ctx, r.writer, r.request, &progress));
   const bool client_gone = done.index() == 0 || (!progress.finished && progress.outcome.empty());
   record->engine_outcome = client_gone ? "client_gone" : progress.outcome;
   record->outcome = client_gone ? "client_gone" : progress.outcome;
-  record->status = progress.head_sent || !client_gone ? progress.status : 499;
+  record->status = r.writer->head_sent() || !client_gone ? progress.status : 499;
   if (progress.finished) {
     ctx->metrics.tokens(static_cast<double>(progress.prompt_tokens),
                         static_cast<double>(progress.completion_tokens));
     ctx->metrics.speeds(progress.prefill_tps, progress.decode_tps);
   }
-  co_return done.index() == 1 && progress.keep_alive;
+  co_return done.index() == 1 && progress.finished&& r.writer->keep_alive();
 }
 
 void log_request(AgentContext& ctx, const RequestRecord& record) {
@@ -192,15 +173,12 @@ void log_request(AgentContext& ctx, const RequestRecord& record) {
 
 // Admits, plans and answers one completion request. Returns whether the connection may carry
 // another request.
-asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
-                                       boost::beast::flat_buffer* buffer,
-                                       const net::Request* request, Endpoint endpoint,
-                                       std::string request_id, bool keep_alive) {
+asio::awaitable<bool> handle_inference(AgentContext* ctx, net::ServerRequest r, Endpoint endpoint) {
+  const net::Request* request = r.request;
   RequestRecord record;
-  record.request_id = request_id;
+  record.request_id = r.writer->request_id();
   record.endpoint = endpoint == Endpoint::chat ? "chat" : "completions";
   auto refuse = [&](Reply reply) {
-    reply.headers = with_header(std::move(reply.headers), "X-Request-Id", request_id);
     record.status = reply.status;
     record.outcome = reply.outcome;
     return reply;
@@ -225,8 +203,7 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
                                    error->code, error->param));
     } else {
       info = std::get<openai::RequestInfo>(inspected);
-      // inspect_request accepted it, so it parses (and its depth is bounded).
-      body = nlohmann::json::parse(request->body(), nullptr, false);
+      body = parse_network_json(request->body());
       if (info->model != ctx->config.model) {
         refusal = refuse(error_reply(404,
                                      "the model '" + info->model +
@@ -239,9 +216,9 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
     }
   }
   if (refusal) {
-    bool ok = co_await send_reply(conn, std::move(*refusal), keep_alive);
+    bool again = co_await send_reply(r, std::move(*refusal));
     log_request(*ctx, record);
-    co_return (ok && keep_alive);
+    co_return again;
   }
 
   const std::string prompt = sim::extract_prompt_text(body);
@@ -252,15 +229,14 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
                                         " slots of this replica are busy; retry later",
                                     "slots_busy"));
     busy.headers.emplace_back("Retry-After", "1");
-    bool ok = co_await send_reply(conn, std::move(busy), keep_alive);
+    bool again = co_await send_reply(r, std::move(busy));
     log_request(*ctx, record);
-    co_return (ok && keep_alive);
+    co_return again;
   }
   record.slot = guard->slot();
   record.start = Clock::now();
   if (ctx->profile == nullptr) {
-    bool again = co_await proxy_inference(ctx, conn, buffer, request, request_id, keep_alive,
-                                          &guard, &record);
+    bool again = co_await proxy_inference(ctx, r, &guard, &record);
     guard.reset();
     log_request(*ctx, record);
     co_return again;
@@ -273,9 +249,9 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
     guard.reset();
     Reply failed =
         refuse(error_reply(500, "simulated failure (--fail-rate); retry", "simulated_failure"));
-    bool ok = co_await send_reply(conn, std::move(failed), keep_alive);
+    bool again = co_await send_reply(r, std::move(failed));
     log_request(*ctx, record);
-    co_return (ok && keep_alive);
+    co_return again;
   }
 
   ResponseMeta meta;
@@ -292,16 +268,13 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
   input.prompt = &prompt;
   input.usage = Usage{plan.prompt_tokens, plan.cached_tokens, plan.completion_tokens};
   input.stream = info->stream;
-  input.keep_alive = keep_alive;
-  input.headers = request_id_header(request_id);
   input.start = record.start;
   AnswerProgress progress;
 
   // The client may vanish at any time, during prefill included: watch_client notices, and
   // whichever branch ends first cancels the other, so the slot is freed at once.
-  conn->expires_never();
-  auto done = co_await (net::watch_client(conn, buffer, kPipelineCap) ||
-                        run_sim_answer(ctx, conn, input, &progress));
+  r.conn->expires_never();
+  auto done = co_await (net::watch_client(r) || run_sim_answer(ctx, r.writer, input, &progress));
   const bool client_gone = done.index() == 0 || !progress.finished;
   finish_slot(ctx, input, progress);
   if (progress.finished) {
@@ -314,117 +287,85 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::Conn* conn,
   record.status = info->stream || !client_gone ? 200 : 499;
   record.outcome = client_gone ? "client_gone" : "ok";
   log_request(*ctx, record);
-  co_return !client_gone && keep_alive;
+  co_return !client_gone && r.writer->keep_alive();
 }
 
-// Routes one request; returns whether the connection may carry another.
-asio::awaitable<bool> handle_request(AgentContext* ctx, net::Conn* conn,
-                                     boost::beast::flat_buffer* buffer,
-                                     const net::Request* request) {
-  auto given_id = (*request)["X-Request-Id"];
-  std::string request_id = request_id_for(given_id, ctx->id_rng);
-  const bool keep_alive = request->keep_alive() && !ctx->sessions.draining();
-  std::string_view target(request->target().data(), request->target().size());
-  std::string_view path = target.substr(0, target.find('?'));
-  const auto method = request->method();
+// The routes and the key, judged from the head before any body byte is read.
+std::optional<net::ErrorReply> check_head(const AgentContext* ctx, const net::Request& head) {
+  const bool authorized =
+      ctx->api_key.empty() || ctx->api_key.matches(head[http::field::authorization]);
+  const std::string_view method(head.method_string().data(), head.method_string().size());
+  const std::string_view target(head.target().data(), head.target().size());
+  return route_agent(method, target.substr(0, target.find('?')), authorized).refusal;
+}
+
+// Serves one request whose head check_head let through; returns whether the connection may
+// carry another.
+asio::awaitable<bool> handle_request(AgentContext* ctx, net::ServerRequest r) {
+  const net::Request* request = r.request;
+  const std::string_view target(request->target().data(), request->target().size());
+  const std::string_view path = target.substr(0, target.find('?'));
+  const std::string_view method(request->method_string().data(), request->method_string().size());
+  const AgentRouteDecision decision = route_agent(method, path, true);
 
   Reply reply;
-  if (path.substr(0, 4) == "/v1/" && !ctx->api_key.empty() &&
-      !bearer_matches((*request)[http::field::authorization], ctx->api_key)) {
-    reply = error_reply(401, "a valid API key is required (Authorization: Bearer ...)",
-                        "invalid_api_key");
-    reply.headers.emplace_back("WWW-Authenticate", "Bearer");
-  } else if (path == "/health") {
-    reply = method == http::verb::get ? health_reply(*ctx) : allow_only("GET", path);
-  } else if (path == "/metrics") {
-    if (method == http::verb::get) {
-      reply.body = ctx->metrics.scrape(static_cast<double>(ctx->admission.busy()),
-                                       static_cast<double>(ctx->admission.total()));
-      reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    } else {
-      reply = allow_only("GET", path);
-    }
-  } else if (path == "/v1/models") {
-    if (method == http::verb::get) {
-      reply.body = model_list(ctx->config.model);
-    } else {
-      reply = allow_only("GET", path);
-    }
-  } else if (path.substr(0, 11) == "/v1/models/") {
-    std::string id(path.substr(11));
-    if (method != http::verb::get) {
-      reply = allow_only("GET", path);
-    } else if (id == ctx->config.model) {
-      reply.body = model_object(id);
-    } else {
-      reply = error_reply(404, "the model '" + id + "' does not exist", "model_not_found");
-    }
-  } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
-    if (method != http::verb::post) {
-      reply = allow_only("POST", path);
-    } else {
-      Endpoint endpoint = path == "/v1/chat/completions" ? Endpoint::chat : Endpoint::completions;
-      co_return co_await handle_inference(ctx, conn, buffer, request, endpoint, request_id,
-                                          keep_alive);
-    }
+  if (!decision.route) {
+    reply =
+        error_reply(decision.refusal->status, decision.refusal->message, decision.refusal->code);
+    reply.headers = decision.refusal->headers;
   } else {
-    reply = error_reply(404, "no route for " + std::string(path), "not_found");
+    switch (*decision.route) {
+      case AgentRoute::health:
+        reply = health_reply(*ctx);
+        break;
+      case AgentRoute::metrics:
+        reply.body = ctx->metrics.scrape(static_cast<double>(ctx->admission.busy()),
+                                         static_cast<double>(ctx->admission.total()));
+        reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+        break;
+      case AgentRoute::models:
+        reply.body = model_list(ctx->config.model);
+        break;
+      case AgentRoute::model: {
+        std::string id(path.substr(11));
+        if (id == ctx->config.model) {
+          reply.body = model_object(id);
+        } else {
+          reply = error_reply(404, "the model '" + id + "' does not exist", "model_not_found");
+        }
+        break;
+      }
+      case AgentRoute::chat_completions:
+        co_return co_await handle_inference(ctx, r, Endpoint::chat);
+      case AgentRoute::completions:
+        co_return co_await handle_inference(ctx, r, Endpoint::completions);
+    }
   }
-  reply.headers = with_header(std::move(reply.headers), "X-Request-Id", request_id);
-  bool ok = co_await send_reply(conn, std::move(reply), keep_alive);
-  co_return (ok && keep_alive);
+  co_return co_await send_reply(r, std::move(reply));
 }
 
 }  // namespace
 
-asio::awaitable<void> run_session(AgentContext* ctx, std::unique_ptr<net::Conn> conn) {
-  struct Tracked {
-    SessionTracker* tracker;
-    std::uint64_t id;
-    ~Tracked() { tracker->remove(id); }
-  } tracked{&ctx->sessions, ctx->sessions.add(conn.get())};
-
-  net::RequestLimits limits;
-  limits.header_limit = kHeaderLimit;
-  limits.body_limit = kBodyLimit;
-  limits.timeout = kReadTimeout;
-  boost::beast::flat_buffer buffer(kBodyLimit + kHeaderLimit + kPipelineCap);
-
-  // A drain closes idle connections itself; a connection opened during a drain still reads its
-  // request so that it can be answered 503.
-  for (;;) {
-    net::Request request;
-    auto outcome = co_await net::read_request(*conn, buffer, limits, kIdleTimeout, request);
-    if (outcome == net::ReadOutcome::closed || outcome == net::ReadOutcome::timeout) {
-      break;
-    }
-    ctx->sessions.set_busy(tracked.id, true);
-    if (outcome != net::ReadOutcome::ok) {
-      Reply reply;
-      if (outcome == net::ReadOutcome::body_too_large) {
-        reply =
-            error_reply(413, "the request body exceeds " + std::to_string(kBodyLimit) + " bytes",
-                        "request_too_large");
-      } else if (outcome == net::ReadOutcome::header_too_large) {
-        reply = error_reply(431, "the request headers are too large", "headers_too_large");
-      } else {
-        reply = error_reply(400, "malformed HTTP request", "bad_request");
-      }
-      co_await send_reply(conn.get(), std::move(reply), false);
-      break;
-    }
-    bool again = co_await handle_request(ctx, conn.get(), &buffer, &request);
-    if (!again) {
-      break;
-    }
-    ctx->sessions.set_busy(tracked.id, false);
-  }
-  // Lingering close: half-close, then read what the client still sends until it closes too, so
-  // that unread input does not turn our last response into a reset. The connection no longer
-  // counts as busy, so a drain does not wait for this (it closes the connection instead).
-  co_await conn->shutdown();
-  ctx->sessions.set_busy(tracked.id, false);
-  co_await net::drain_and_close(conn.get());
+net::SessionHooks agent_session_hooks(AgentContext* ctx) {
+  net::SessionHooks hooks;
+  hooks.listener = "agent";
+  hooks.limits = [] {
+    net::SessionLimits limits;
+    limits.header_limit = kHeaderLimit;
+    limits.body_limit = kBodyLimit;
+    limits.body_limit_key = "the agent's body limit";
+    limits.timeouts = {kIdleTimeout, kHeaderTimeout, kBodyTimeout};
+    limits.write_timeout = kWriteTimeout;
+    limits.pipeline_cap = kPipelineCap;
+    return limits;
+  };
+  hooks.check_head = [ctx](const net::Request& head) { return check_head(ctx, head); };
+  hooks.handle = [ctx](net::ServerRequest r) { return handle_request(ctx, r); };
+  hooks.id_rng = &ctx->id_rng;
+  // A drain closes idle connections; one opened during a drain still reads its request so that
+  // it can be answered 503.
+  hooks.tracker = &ctx->sessions;
+  return hooks;
 }
 
 }  // namespace fg::agent

@@ -1,15 +1,12 @@
 #pragma once
 
-#include <memory>
-
-#include <boost/asio/awaitable.hpp>
-
-#include "common/net/conn.hpp"
+#include "common/net/http_session.hpp"
 #include "replica-agent/agent/context.hpp"
 
 namespace fg::agent {
 
-// Serves one connection: HTTP/1.1 keep-alive, /health, the OpenAI routes, admission to slots.
-boost::asio::awaitable<void> run_session(AgentContext* ctx, std::unique_ptr<net::Conn> conn);
+// What the agent's sessions (net::serve_session) do: HTTP/1.1 keep-alive, /health, /metrics, the
+// OpenAI routes (the key checked from the head), admission to slots. ctx outlives every session.
+net::SessionHooks agent_session_hooks(AgentContext* ctx);
 
 }  // namespace fg::agent

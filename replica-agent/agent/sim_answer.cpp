@@ -13,8 +13,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-constexpr auto kWriteTimeout = std::chrono::seconds(30);
-
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
@@ -23,19 +21,11 @@ double ms_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
-asio::awaitable<bool> write_all(net::Conn* conn, std::string bytes, AnswerProgress* progress) {
-  conn->expires_after(kWriteTimeout);
-  auto [ec, n] = co_await conn->write(asio::buffer(bytes));
-  if (ec) {
+bool written(bool ok, AnswerProgress* progress) {
+  if (!ok) {
     progress->write_failed = true;
-    co_return false;
   }
-  co_return true;
-}
-
-// One SSE event as one HTTP chunk.
-std::string event(std::string_view payload) {
-  return net::chunk(openai::sse_data(payload));
+  return ok;
 }
 
 }  // namespace
@@ -50,8 +40,8 @@ void finish_slot(AgentContext* ctx, const AnswerInput& input, const AnswerProgre
   input.slot->reset();
 }
 
-asio::awaitable<void> run_sim_answer(AgentContext* ctx, net::Conn* conn, AnswerInput input,
-                                     AnswerProgress* progress) {
+asio::awaitable<void> run_sim_answer(AgentContext* ctx, net::ResponseWriter* writer,
+                                     AnswerInput input, AnswerProgress* progress) {
   const sim::SimPlan& plan = *input.plan;
   const ResponseMeta& meta = *input.meta;
   const bool chat = meta.endpoint == Endpoint::chat;
@@ -59,11 +49,8 @@ asio::awaitable<void> run_sim_answer(AgentContext* ctx, net::Conn* conn, AnswerI
   if (input.stream) {
     // The head goes out at once; the first event waits for the first token, so a gateway's
     // first-byte timeout (not its shorter idle timeout) covers a long prefill.
-    auto headers = input.headers;
-    headers.emplace_back("Cache-Control", "no-cache");
-    std::string head =
-        net::response_head(200, "text/event-stream", std::nullopt, headers, input.keep_alive);
-    if (!co_await write_all(conn, std::move(head), progress)) {
+    bool opened = co_await writer->begin_stream(200, "text/event-stream");
+    if (!written(opened, progress)) {
       co_return;
     }
   }
@@ -101,10 +88,11 @@ asio::awaitable<void> run_sim_answer(AgentContext* ctx, net::Conn* conn, AnswerI
     if (input.stream) {
       std::string bytes;
       if (i == 0 && chat) {
-        bytes = event(role_chunk(meta));
+        bytes = openai::sse_data(role_chunk(meta));
       }
-      bytes += event(token_chunk(meta, token));
-      if (!co_await write_all(conn, std::move(bytes), progress)) {
+      bytes += openai::sse_data(token_chunk(meta, token));
+      bool sent = co_await writer->send_chunk(std::move(bytes));
+      if (!written(sent, progress)) {
         co_return;
       }
     }
@@ -115,23 +103,24 @@ asio::awaitable<void> run_sim_answer(AgentContext* ctx, net::Conn* conn, AnswerI
   progress->timings.predicted_ms = ms_between(prefill_end, last_token);
   finish_slot(ctx, input, *progress);
 
-  std::string bytes;
+  bool sent = false;
   if (input.stream) {
+    std::string bytes;
     if (plan.completion_tokens == 0 && chat) {
-      bytes = event(role_chunk(meta));
+      bytes = openai::sse_data(role_chunk(meta));
     }
-    bytes += event(finish_chunk(meta, plan.finish_reason, progress->timings));
+    bytes += openai::sse_data(finish_chunk(meta, plan.finish_reason, progress->timings));
     if (meta.include_usage) {
-      bytes += event(usage_chunk(meta, input.usage));
+      bytes += openai::sse_data(usage_chunk(meta, input.usage));
     }
-    bytes += event("[DONE]");
-    bytes += net::kLastChunk;
+    bytes += openai::sse_data("[DONE]");
+    sent = co_await writer->end_stream(std::move(bytes));
   } else {
     std::string body =
         full_body(meta, progress->generated, plan.finish_reason, input.usage, progress->timings);
-    bytes = net::full_response(200, "application/json", body, input.headers, input.keep_alive);
+    sent = co_await writer->send_full(200, "application/json", std::move(body));
   }
-  if (!co_await write_all(conn, std::move(bytes), progress)) {
+  if (!written(sent, progress)) {
     co_return;
   }
   progress->finished = true;

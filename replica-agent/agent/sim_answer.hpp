@@ -3,12 +3,10 @@
 #include <chrono>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include <boost/asio/awaitable.hpp>
 
-#include "common/net/conn.hpp"
-#include "common/net/http_io.hpp"
+#include "common/net/response_writer.hpp"
 #include "replica-agent/agent/context.hpp"
 #include "replica-agent/agent/responses.hpp"
 #include "replica-agent/engines/sim_model.hpp"
@@ -25,9 +23,7 @@ struct AnswerInput {
   const std::string* prompt = nullptr;
   Usage usage;
   bool stream = false;
-  bool keep_alive = true;
-  std::vector<net::Header> headers;  // extra response headers (X-Request-Id)
-  Clock::time_point start;           // when the slot was taken
+  Clock::time_point start;  // when the slot was taken
 };
 
 // How far the answer got, read by the caller even when the answer was cancelled midway.
@@ -49,7 +45,7 @@ void finish_slot(AgentContext* ctx, const AnswerInput& input, const AnswerProgre
 // llama.cpp does), so a client that sends its next request the moment it has read the end of
 // this one never finds the slot still taken. Returns early (progress says how far it got) when a
 // write fails or it is cancelled.
-boost::asio::awaitable<void> run_sim_answer(AgentContext* ctx, net::Conn* conn, AnswerInput input,
-                                            AnswerProgress* progress);
+boost::asio::awaitable<void> run_sim_answer(AgentContext* ctx, net::ResponseWriter* writer,
+                                            AnswerInput input, AnswerProgress* progress);
 
 }  // namespace fg::agent

@@ -11,6 +11,7 @@
 #include "common/log/log.hpp"
 #include "common/openai/errors.hpp"
 #include "common/openai/sse.hpp"
+#include "common/util/json.hpp"
 
 namespace fg::agent {
 
@@ -34,7 +35,7 @@ void scan(std::string_view text, ProxyProgress* progress) {
       text.find("\"timings\"") == std::string_view::npos) {
     return;
   }
-  auto doc = nlohmann::json::parse(text, nullptr, false);
+  auto doc = parse_network_json(text);
   if (!doc.is_object()) {
     return;
   }
@@ -71,12 +72,6 @@ void scan(std::string_view text, ProxyProgress* progress) {
   }
 }
 
-asio::awaitable<bool> write_client(net::Conn* client, std::string bytes) {
-  client->expires_after(kWriteTimeout);
-  auto [ec, n] = co_await client->write(asio::buffer(bytes));
-  co_return !ec;
-}
-
 std::string engine_head(const AgentContext& ctx, const net::Request& request,
                         const std::string& request_id) {
   const auto& url = ctx.config.engine.url;
@@ -102,30 +97,19 @@ std::string engine_head(const AgentContext& ctx, const net::Request& request,
 
 }  // namespace
 
-asio::awaitable<void> forward_to_engine(AgentContext* ctx, net::Conn* client,
-                                        const net::Request* request, std::string request_id,
-                                        bool keep_alive, ProxyProgress* progress) {
-  std::vector<net::Header> headers;
-  headers.emplace_back("X-Request-Id", request_id);
-  auto fail_before_head = [&](unsigned status, const std::string& message,
-                              const std::string& code) {
-    progress->status = status;
-    progress->outcome = code;
-    std::string body =
-        openai::error_body(message, openai::error_type_for_status(static_cast<int>(status)), code);
-    return net::full_response(status, "application/json", body, headers, keep_alive);
-  };
-
+asio::awaitable<void> forward_to_engine(AgentContext* ctx, net::ResponseWriter* client,
+                                        const net::Request* request, ProxyProgress* progress) {
+  const std::string& request_id = client->request_id();
   auto connected =
       co_await net::connect_to(ctx->config.engine.url, ctx->client_tls.get(), kConnectTimeout);
   if (!connected.conn) {
     log::warn("cannot reach the engine", {{"request_id", request_id},
                                           {"url", ctx->config.engine.url.to_string()},
                                           {"error", connected.ec.message()}});
-    std::string bytes = fail_before_head(502, "the inference engine cannot be reached; retry",
-                                         "engine_unreachable");
-    progress->finished = co_await write_client(client, std::move(bytes));
-    progress->keep_alive = progress->finished && keep_alive;
+    progress->status = 502;
+    progress->outcome = "engine_unreachable";
+    progress->finished = co_await client->send_error(
+        502, "the inference engine cannot be reached; retry", "engine_unreachable");
     co_return;
   }
   std::unique_ptr<net::Conn> engine = std::move(connected.conn);
@@ -157,10 +141,10 @@ asio::awaitable<void> forward_to_engine(AgentContext* ctx, net::Conn* client,
   if (failure) {
     log::warn("the engine failed before answering",
               {{"request_id", request_id}, {"error", failure.message()}});
-    std::string bytes =
-        fail_before_head(502, "the inference engine failed before answering", "engine_failed");
-    progress->finished = co_await write_client(client, std::move(bytes));
-    progress->keep_alive = progress->finished && keep_alive;
+    progress->status = 502;
+    progress->outcome = "engine_failed";
+    progress->finished = co_await client->send_error(
+        502, "the inference engine failed before answering", "engine_failed");
     co_return;
   }
 
@@ -171,17 +155,18 @@ asio::awaitable<void> forward_to_engine(AgentContext* ctx, net::Conn* client,
       parser.content_type().empty() ? "application/json" : parser.content_type();
   const bool event_stream = content_type.rfind("text/event-stream", 0) == 0;
   const std::optional<std::uint64_t> length = parser.declared_length();
+  std::vector<net::Header> headers;
   if (event_stream) {
     headers.emplace_back("Cache-Control", "no-cache");
   }
   if (!parser.retry_after().empty()) {
     headers.emplace_back("Retry-After", parser.retry_after());
   }
-  if (!co_await write_client(client, net::response_head(progress->status, content_type, length,
-                                                        headers, keep_alive))) {
+  bool opened =
+      co_await client->begin_body(progress->status, content_type, length, std::move(headers));
+  if (!opened) {
     co_return;
   }
-  progress->head_sent = true;
 
   std::string scanned;  // a whole (non-stream) body, for its usage
   openai::SseParser sse([&](const openai::SseEvent& event) { scan(event.data, progress); });
@@ -213,8 +198,8 @@ asio::awaitable<void> forward_to_engine(AgentContext* ctx, net::Conn* client,
       } else if (scanned.size() + piece.size() <= kMaxScannedBody) {
         scanned += piece;
       }
-      std::string bytes = length ? std::move(piece) : net::chunk(piece);
-      if (!co_await write_client(client, std::move(bytes))) {
+      bool sent = co_await client->send_chunk(std::move(piece));
+      if (!sent) {
         co_return;
       }
     }
@@ -248,23 +233,17 @@ asio::awaitable<void> forward_to_engine(AgentContext* ctx, net::Conn* client,
     log::warn("the engine failed in the middle of the answer", {{"request_id", request_id}});
     progress->outcome = "engine_failed";
     if (event_stream && !length) {
-      std::string bytes =
-          net::chunk(openai::sse_error("the inference engine failed in the middle of the answer",
-                                       "server_error", "engine_failed"));
-      bytes += net::kLastChunk;
-      co_await write_client(client, std::move(bytes));
+      co_await client->send_error(500, "the inference engine failed in the middle of the answer",
+                                  "engine_failed");
     }
     co_return;
   }
-  if (!length) {
-    std::string last(net::kLastChunk);
-    if (!co_await write_client(client, std::move(last))) {
-      co_return;
-    }
+  bool ended = co_await client->end_stream();
+  if (!ended) {
+    co_return;
   }
   progress->outcome = "ok";
   progress->finished = true;
-  progress->keep_alive = keep_alive;
 }
 
 }  // namespace fg::agent

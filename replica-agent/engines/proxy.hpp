@@ -8,6 +8,7 @@
 
 #include "common/net/conn.hpp"
 #include "common/net/http_io.hpp"
+#include "common/net/response_writer.hpp"
 #include "replica-agent/agent/context.hpp"
 
 namespace fg::agent {
@@ -15,9 +16,7 @@ namespace fg::agent {
 // How a forwarded request went, for the request log line and the metrics.
 struct ProxyProgress {
   unsigned status = 0;              // what the client got (the engine's status, or ours)
-  bool head_sent = false;           // a response head went to the client
   bool finished = false;            // the whole response was written
-  bool keep_alive = false;          // the client connection may carry another request
   std::string outcome;              // "ok", "engine_unreachable", "engine_failed", ...
   std::uint64_t prompt_tokens = 0;  // from the engine's usage, when it reported it
   std::uint64_t completion_tokens = 0;
@@ -33,8 +32,8 @@ struct ProxyProgress {
 // connection and relays the answer as it arrives: the body bytes unchanged (a stream chunk by
 // chunk), the status, Content-Type and Retry-After of the engine. Cancelling it (the client went
 // away) closes the engine connection, which makes llama.cpp stop generating.
-boost::asio::awaitable<void> forward_to_engine(AgentContext* ctx, net::Conn* client,
-                                               const net::Request* request, std::string request_id,
-                                               bool keep_alive, ProxyProgress* progress);
+boost::asio::awaitable<void> forward_to_engine(AgentContext* ctx, net::ResponseWriter* client,
+                                               const net::Request* request,
+                                               ProxyProgress* progress);
 
 }  // namespace fg::agent

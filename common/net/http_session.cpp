@@ -1,0 +1,265 @@
+#include "common/net/http_session.hpp"
+
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <exception>
+#include <stdexcept>
+#include <typeinfo>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "common/log/log.hpp"
+#include "common/net/http_io.hpp"
+#include "common/util/request_id.hpp"
+
+namespace fg::net {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kReadChunk = 4 * 1024;
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+// The type of the exception in flight, for the log: never what() (a parser's message may quote
+// the request, and request text is never logged).
+std::string current_exception_type() {
+  const std::type_info* type = abi::__cxa_current_exception_type();
+  if (type == nullptr) {
+    return "unknown";
+  }
+  int status = 0;
+  char* name = abi::__cxa_demangle(type->name(), nullptr, nullptr, &status);
+  std::string out = status == 0 && name != nullptr ? name : type->name();
+  std::free(name);
+  return out;
+}
+
+// How reading one request ended.
+struct ReadResult {
+  enum class Kind { request, refused, failed };
+  Kind kind = Kind::failed;
+  ReadFailure failure = ReadFailure::closed;
+  std::optional<ErrorReply> reply;  // refused: the answer; failed: what to tell the client
+  // refused: the connection cannot carry another request (a body was announced and not read,
+  // or the head check failed)
+  bool must_close = false;
+  std::string reason;  // what it is counted as; "" for the ordinary ends of a connection
+};
+
+// Reads one request into out. Each phase (idle wait, head, body) has one deadline, set when it
+// starts and never moved by a read, so trickling bytes does not keep a connection.
+asio::awaitable<ReadResult> read_request(Conn* conn, beast::flat_buffer* buffer,
+                                         const SessionLimits* limits, const SessionHooks* hooks,
+                                         Request* out) {
+  RequestReader reader(limits->header_limit);
+  ReadPhase phase = buffer->size() > 0 ? ReadPhase::head : ReadPhase::idle;
+  auto deadline = Clock::now() + phase_timeout(phase, limits->timeouts);
+  ReadResult result;
+  for (;;) {
+    if (buffer->size() > 0) {
+      const auto data = buffer->data();
+      buffer->consume(
+          reader.feed(std::string_view(static_cast<const char*>(data.data()), data.size())));
+    }
+    switch (reader.state()) {
+      case RequestReader::State::failed:
+        result.failure = reader.failure();
+        result.reply = failure_reply(result.failure, limits->body_limit, limits->body_limit_key);
+        co_return result;
+      case RequestReader::State::head_done: {
+        std::optional<ErrorReply> refusal;
+        bool check_failed = false;
+        if (hooks->check_head) {
+          try {
+            refusal = hooks->check_head(reader.message());
+          } catch (...) {
+            log::error("request head check failed",
+                       {{"listener", hooks->listener}, {"exception", current_exception_type()}});
+            refusal = ErrorReply{
+                500, "internal_error", "the server failed while reading this request", {}};
+            check_failed = true;
+          }
+        }
+        const HeadFacts facts = reader.head_facts();
+        HeadDecision decision =
+            decide_head(facts, std::move(refusal), limits->body_limit, limits->body_limit_key);
+        if (decision.reply) {
+          result.kind = ReadResult::Kind::refused;
+          result.reply = std::move(decision.reply);
+          result.must_close = facts.has_body() || check_failed;
+          result.reason = check_failed ? "exception" : result.reply->code;
+          *out = reader.release();
+          co_return result;
+        }
+        if (decision.send_continue) {
+          conn->expires_after(limits->write_timeout);
+          auto [ec, n] = co_await conn->write(asio::buffer(kContinue));
+          if (ec) {
+            co_return result;  // failed, closed: nobody to answer
+          }
+        }
+        reader.accept_body(limits->body_limit);
+        phase = ReadPhase::body;
+        deadline = Clock::now() + phase_timeout(phase, limits->timeouts);
+        continue;
+      }
+      case RequestReader::State::done:
+        result.kind = ReadResult::Kind::request;
+        *out = reader.release();
+        co_return result;
+      case RequestReader::State::reading_head:
+      case RequestReader::State::reading_body:
+        break;
+    }
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) {
+      result.failure = timeout_failure(phase);
+      result.reply = failure_reply(result.failure, limits->body_limit, limits->body_limit_key);
+      co_return result;
+    }
+    asio::mutable_buffer space;
+    try {
+      space = buffer->prepare(kReadChunk);
+    } catch (const std::length_error&) {
+      result.failure = ReadFailure::header_too_large;
+      result.reply = failure_reply(result.failure, limits->body_limit, limits->body_limit_key);
+      co_return result;
+    }
+    conn->expires_after(left);
+    auto [ec, n] = co_await conn->read_some(space);
+    if (ec == beast::error::timeout) {
+      result.failure = timeout_failure(phase);
+      result.reply = failure_reply(result.failure, limits->body_limit, limits->body_limit_key);
+      co_return result;
+    }
+    if (ec) {
+      reader.feed_eof();
+      result.failure = reader.failure();
+      result.reply = failure_reply(result.failure, limits->body_limit, limits->body_limit_key);
+      co_return result;
+    }
+    buffer->commit(n);
+    if (phase == ReadPhase::idle) {
+      phase = ReadPhase::head;
+      deadline = Clock::now() + phase_timeout(phase, limits->timeouts);
+    }
+  }
+}
+
+void count(const SessionHooks* hooks, std::string_view reason) {
+  if (hooks->count) {
+    hooks->count(reason);
+  }
+}
+
+// Marks the session busy for as long as it lives (one request and its response).
+class BusyGuard {
+ public:
+  BusyGuard(SessionTracker* tracker, std::uint64_t id) : tracker_(tracker), id_(id) {
+    if (tracker_ != nullptr) {
+      tracker_->set_busy(id_, true);
+    }
+  }
+  BusyGuard(const BusyGuard&) = delete;
+  BusyGuard& operator=(const BusyGuard&) = delete;
+  ~BusyGuard() {
+    if (tracker_ != nullptr) {
+      tracker_->set_busy(id_, false);
+    }
+  }
+
+ private:
+  SessionTracker* tracker_;
+  std::uint64_t id_;
+};
+
+}  // namespace
+
+asio::awaitable<void> watch_client(ServerRequest r) {
+  co_await watch_client(r.conn, r.buffer, r.pipeline_cap);
+}
+
+asio::awaitable<void> serve_session(const SessionHooks* hooks, std::unique_ptr<Conn> conn) {
+  struct Tracked {
+    SessionTracker* tracker;
+    std::uint64_t id;
+    ~Tracked() {
+      if (tracker != nullptr) {
+        tracker->remove(id);
+      }
+    }
+  } tracked{hooks->tracker, hooks->tracker ? hooks->tracker->add(conn.get()) : 0};
+
+  SessionLimits limits = hooks->limits();
+  beast::flat_buffer buffer(limits.header_limit + limits.pipeline_cap + 2 * kReadChunk);
+  for (bool again = true; again;) {
+    limits = hooks->limits();
+    Request request;
+    const ReadResult read = co_await read_request(conn.get(), &buffer, &limits, hooks, &request);
+    const std::string reason = read.kind == ReadResult::Kind::failed
+                                   ? std::string(failure_reason(read.failure))
+                                   : read.reason;
+    if (!reason.empty()) {
+      count(hooks, reason);
+    }
+    if (read.kind == ReadResult::Kind::failed && !read.reply) {
+      break;  // the client left, an idle connection timed out, or a slow one was cut
+    }
+    BusyGuard busy(hooks->tracker, tracked.id);
+    const bool draining = hooks->tracker != nullptr && hooks->tracker->draining();
+    std::string request_id = read.kind == ReadResult::Kind::failed
+                                 ? new_request_id(*hooks->id_rng)
+                                 : request_id_for(request["X-Request-Id"], *hooks->id_rng);
+    // A body left unread ends the connection: its bytes cannot be told from the next request.
+    const bool keep_alive = read.kind != ReadResult::Kind::failed && !read.must_close &&
+                            request.keep_alive() && !draining;
+    ResponseWriter writer(*conn, std::move(request_id), keep_alive, limits.write_timeout);
+
+    if (read.kind != ReadResult::Kind::request) {
+      co_await writer.send_reply(*read.reply);
+      again = writer.keep_alive() && writer.finished();
+      continue;
+    }
+
+    bool threw = false;
+    std::string exception_type;
+    try {
+      again = co_await hooks->handle(
+          ServerRequest{conn.get(), &buffer, &request, &writer, limits.pipeline_cap});
+    } catch (...) {
+      threw = true;
+      exception_type = current_exception_type();
+    }
+    if (threw) {
+      // A bug, not the client's fault: say so once, and never leave the client hanging.
+      log::error("request handler failed", {{"listener", hooks->listener},
+                                            {"request_id", writer.request_id()},
+                                            {"exception", exception_type}});
+      count(hooks, "exception");
+      writer.refuse_keep_alive();
+      co_await writer.send_error(500, "the server failed while handling this request",
+                                 "internal_error");
+      again = false;
+    } else if (!writer.finished()) {
+      // The handler ended without completing its answer (the client went away, or a stream
+      // broke): end what can still be ended, then close.
+      writer.refuse_keep_alive();
+      co_await writer.send_error(500, "the server ended this request without an answer",
+                                 "internal_error");
+      again = false;
+    }
+    if (writer.timed_out()) {
+      count(hooks, "write_timeout");
+    }
+    again = again && writer.keep_alive() && writer.finished();
+  }
+  // Lingering close: half-close, then read what the client still sends until it closes too, so
+  // that unread input does not turn the last response into a reset.
+  co_await conn->shutdown();
+  co_await drain_and_close(conn.get());
+}
+
+}  // namespace fg::net

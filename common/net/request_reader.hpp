@@ -1,0 +1,57 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "common/net/request_rules.hpp"
+
+namespace fg::net {
+
+using Request = boost::beast::http::request<boost::beast::http::string_body>;
+
+// Parses one HTTP/1.1 request from bytes handed to it, in two steps: it stops once the head is in
+// (head_done), so that the caller can judge the head before any body byte is read, and goes on
+// with the body only after accept_body. Needs no socket: the session loop feeds it what it reads,
+// a fuzzer what it makes up.
+class RequestReader {
+ public:
+  enum class State { reading_head, head_done, reading_body, done, failed };
+
+  explicit RequestReader(std::size_t header_limit);
+
+  // Parses what it can of bytes and returns how many it used; the rest is not needed yet (a
+  // head waiting for accept_body) or belongs to a later request. A head is used only once it is
+  // complete, so the caller keeps the unused bytes and feeds them again with more.
+  std::size_t feed(std::string_view bytes);
+  // The peer closed: a request in the middle of its body or head is malformed (a body that ends
+  // with the connection is not allowed in requests).
+  void feed_eof();
+  // After head_done: read a body of at most body_limit bytes (a chunked body is cut there).
+  void accept_body(std::uint64_t body_limit);
+
+  State state() const { return state_; }
+  // Whether any byte of this request arrived (its head phase started).
+  bool started() const { return started_; }
+  // Valid once failed: malformed, header_too_large or body_too_large.
+  ReadFailure failure() const { return failure_; }
+  // Valid from head_done on.
+  HeadFacts head_facts() const;
+  const Request& message() const { return parser_.get(); }
+  // Once done: the whole request; the reader is spent.
+  Request release() { return parser_.release(); }
+
+ private:
+  void fail(ReadFailure failure);
+
+  boost::beast::http::request_parser<boost::beast::http::string_body> parser_;
+  State state_ = State::reading_head;
+  ReadFailure failure_ = ReadFailure::malformed;
+  bool started_ = false;
+};
+
+}  // namespace fg::net

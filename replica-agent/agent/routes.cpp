@@ -1,0 +1,57 @@
+#include "replica-agent/agent/routes.hpp"
+
+#include <string>
+
+namespace fg::agent {
+
+namespace {
+
+AgentRouteDecision only(std::string_view allowed, std::string_view method, std::string_view path,
+                        AgentRoute route) {
+  AgentRouteDecision decision;
+  if (method == allowed) {
+    decision.route = route;
+    return decision;
+  }
+  decision.refusal = net::ErrorReply{405,
+                                     "method_not_allowed",
+                                     "use " + std::string(allowed) + " for " + std::string(path),
+                                     {{"Allow", std::string(allowed)}}};
+  return decision;
+}
+
+}  // namespace
+
+AgentRouteDecision route_agent(std::string_view method, std::string_view path, bool authorized) {
+  if (path.substr(0, 4) == "/v1/" && !authorized) {
+    AgentRouteDecision decision;
+    decision.refusal = net::ErrorReply{401,
+                                       "invalid_api_key",
+                                       "a valid API key is required (Authorization: Bearer ...)",
+                                       {{"WWW-Authenticate", "Bearer"}}};
+    return decision;
+  }
+  if (path == "/health") {
+    return only("GET", method, path, AgentRoute::health);
+  }
+  if (path == "/metrics") {
+    return only("GET", method, path, AgentRoute::metrics);
+  }
+  if (path == "/v1/models") {
+    return only("GET", method, path, AgentRoute::models);
+  }
+  if (path.substr(0, 11) == "/v1/models/") {
+    return only("GET", method, path, AgentRoute::model);
+  }
+  if (path == "/v1/chat/completions") {
+    return only("POST", method, path, AgentRoute::chat_completions);
+  }
+  if (path == "/v1/completions") {
+    return only("POST", method, path, AgentRoute::completions);
+  }
+  AgentRouteDecision decision;
+  decision.refusal = net::ErrorReply{404, "not_found", "no route for " + std::string(path), {}};
+  return decision;
+}
+
+}  // namespace fg::agent

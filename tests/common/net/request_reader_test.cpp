@@ -1,0 +1,122 @@
+#include "common/net/request_reader.hpp"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace fg::net {
+namespace {
+
+using State = RequestReader::State;
+
+// Feeds text one byte at a time (as a slow client sends it), keeping unused bytes like the
+// session loop does; returns what was left unused.
+std::string feed_slowly(RequestReader& reader, std::string_view text) {
+  std::string pending;
+  for (char c : text) {
+    pending += c;
+    pending.erase(0, reader.feed(pending));
+    if (reader.state() == State::head_done) {
+      reader.accept_body(1024);
+      pending.erase(0, reader.feed(pending));
+    }
+  }
+  return pending;
+}
+
+TEST(RequestReader, StopsAfterTheHeadUntilTheBodyIsAccepted) {
+  RequestReader reader(16 * 1024);
+  const std::string text =
+      "POST /v1/x HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nExpect: 100-Continue\r\n\r\nhello";
+  const std::size_t used = reader.feed(text);
+  EXPECT_EQ(reader.state(), State::head_done);
+  EXPECT_EQ(text.substr(used), "hello");
+  const HeadFacts facts = reader.head_facts();
+  EXPECT_EQ(facts.content_length, 5u);
+  EXPECT_FALSE(facts.chunked);
+  EXPECT_TRUE(facts.expect_continue);
+  EXPECT_EQ(reader.message().target(), "/v1/x");
+  EXPECT_EQ(reader.feed("hello"), 0u);  // not before accept_body
+  reader.accept_body(5);
+  EXPECT_EQ(reader.feed("hello"), 5u);
+  ASSERT_EQ(reader.state(), State::done);
+  EXPECT_EQ(reader.release().body(), "hello");
+}
+
+TEST(RequestReader, AHeadWithoutBodyIsStillJudgedFirst) {
+  RequestReader reader(1024);
+  reader.feed("GET /health HTTP/1.1\r\nHost: h\r\n\r\n");
+  EXPECT_EQ(reader.state(), State::head_done);
+  EXPECT_FALSE(reader.head_facts().has_body());
+  reader.accept_body(0);
+  EXPECT_EQ(reader.state(), State::done);
+}
+
+TEST(RequestReader, ByteByByteAndPipelinedBytesStayUnused) {
+  RequestReader reader(1024);
+  const std::string left =
+      feed_slowly(reader, "POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET / HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(reader.state(), State::done);
+  EXPECT_EQ(reader.release().body(), "abc");
+  EXPECT_EQ(left, "GET / HTTP/1.1\r\n\r\n");
+}
+
+TEST(RequestReader, ADeclaredLengthIsNotRefusedByTheParser) {
+  // decide_head judges it (after the application's verdict), so the reader lets it through.
+  RequestReader reader(1024);
+  reader.feed("POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n");
+  EXPECT_EQ(reader.state(), State::head_done);
+  EXPECT_EQ(reader.head_facts().content_length, 99999999999u);
+}
+
+TEST(RequestReader, AChunkedBodyIsCutAtTheLimit) {
+  RequestReader reader(1024);
+  reader.feed("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+  ASSERT_EQ(reader.state(), State::head_done);
+  EXPECT_TRUE(reader.head_facts().chunked);
+  reader.accept_body(8);
+  reader.feed("5\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n");
+  EXPECT_EQ(reader.state(), State::failed);
+  EXPECT_EQ(reader.failure(), ReadFailure::body_too_large);
+}
+
+TEST(RequestReader, TooLargeAndMalformedHeads) {
+  RequestReader large(64);
+  large.feed("GET / HTTP/1.1\r\nX-Big: " + std::string(200, 'a') + "\r\n\r\n");
+  EXPECT_EQ(large.state(), State::failed);
+  EXPECT_EQ(large.failure(), ReadFailure::header_too_large);
+
+  for (const char* text : {"HELLO WORLD\r\n\r\n", "GET / HTTP/9.9\r\n\r\n",
+                           "POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+                           "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"}) {
+    RequestReader reader(1024);
+    reader.feed(text);
+    if (reader.state() == State::head_done) {
+      reader.accept_body(1024);
+    }
+    EXPECT_EQ(reader.state(), State::failed) << text;
+    EXPECT_EQ(reader.failure(), ReadFailure::malformed) << text;
+  }
+}
+
+TEST(RequestReader, EndOfStream) {
+  RequestReader nothing(1024);
+  nothing.feed_eof();
+  EXPECT_EQ(nothing.failure(), ReadFailure::closed);
+
+  RequestReader half(1024);
+  half.feed("POST /v1/chat/compl");
+  EXPECT_TRUE(half.started());
+  half.feed_eof();
+  EXPECT_EQ(half.failure(), ReadFailure::malformed);
+
+  RequestReader body(1024);
+  body.feed("POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\n");
+  body.accept_body(100);
+  body.feed("abc");
+  body.feed_eof();
+  EXPECT_EQ(body.failure(), ReadFailure::malformed);
+}
+
+}  // namespace
+}  // namespace fg::net

@@ -124,7 +124,7 @@ EOF
 if [ "$refresh" -eq 1 ] || ! lists_fresh || [ ! -d "$SYSROOT" ]; then
   t=$(now)
   say "reading Debian's arm64 package lists ($codename, private apt state in ${APT_DIR#"$ROOT"/})"
-  if papt apt-get update >"$CACHE/apt-update.log" 2>&1 && ! grep -q '^[WE]: ' "$CACHE/apt-update.log"; then
+  if papt apt-get update >"$CACHE/apt-update.log" 2>&1 && ! grep -q '^E: ' "$CACHE/apt-update.log"; then
     touch "$FRESH"
     say "lists read in $(since "$t")"
   elif [ -d "$SYSROOT" ] && [ "$(stamp_recipe)" = "recipe $recipe" ]; then
@@ -150,7 +150,6 @@ for pkg in "${SOURCE_PACKAGES[@]}"; do
 done
 if [ -d "$SYSROOT" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
   say "arm64 sysroot is up to date (same packages and versions): $SYSROOT"
-  touch "$FRESH"
   ready
 fi
 

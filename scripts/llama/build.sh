@@ -5,6 +5,9 @@
 #                                     the pinned version is already there)
 #   scripts/llama/build.sh --force    rebuild the binary (reuses the source and ccache)
 #   scripts/llama/build.sh --clean    forget everything but the downloaded tarball, then build
+#   scripts/llama/build.sh --target aarch64 [--force | --clean]
+#                                     the same for aarch64 phones: a static llama-server
+#                                     cross-compiled from the same verified source (below)
 #
 # Where llama.cpp comes from: no Debian 12 package has it and only the Debian and npm registries
 # are reachable, but the npm package node-llama-cpp ships the full llama.cpp source as a git
@@ -19,15 +22,55 @@
 # ccache is used when present (a rebuild then takes seconds instead of ~10 minutes on 2 cores).
 # Environment: FLEETGATE_LLAMA_CACHE (default .cache/llama), FLEETGATE_LLAMA_JOBS (default nproc),
 # FLEETGATE_LLAMA_NATIVE=1 (optimise for this CPU; see below).
+#
+# --target aarch64: Debian's g++-aarch64-linux-gnu with scripts/cross/aarch64-linux-gnu.cmake,
+# linked statically (runs in any aarch64 distro image, e.g. the Acurast Shell runtime's), tuned
+# for Snapdragon 8 Elite class CPUs: -march=armv8.2-a+dotprod+i8mm+fp16 (override with
+# FLEETGATE_LLAMA_ARM_ARCH; a CPU without i8mm, older than Cortex-A710/X2, needs
+# armv8.2-a+dotprod+fp16). No SVE: Qualcomm's Oryon cores have none. The download and the source
+# tree stay in FLEETGATE_LLAMA_CACHE; the build tree and the binary go to
+# FLEETGATE_LLAMA_AARCH64_CACHE (default .cache/llama-aarch64/bin/llama-server); --clean there
+# forgets only that build. The compile runs at nice 19 (FLEETGATE_LLAMA_NICE): the cross build
+# is never what the machine is waiting for.
 set -euo pipefail
+
+say() { printf '\033[1m[llama]\033[0m %s\n' "$*" >&2; }
+die() { printf '[llama] error: %s\n' "$*" >&2; exit 1; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
+
+target=host force=0 clean=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --force) force=1 ;;
+    --clean) clean=1; force=1 ;;
+    --target) [ $# -ge 2 ] || die "--target needs a value (host or aarch64)"; target="$2"; shift ;;
+    --target=*) target="${1#--target=}" ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    *) die "unknown argument '$1' (try --help)" ;;
+  esac
+  shift
+done
+case "$target" in
+  host | aarch64) ;;
+  *) die "unknown target '$target' (host or aarch64)" ;;
+esac
 
 NODE_LLAMA_CPP_VERSION=3.21.1
 # `npm view node-llama-cpp@3.21.1 dist.integrity`, checked here against the tarball itself.
 NODE_LLAMA_CPP_INTEGRITY='sha512-E3N0Ev2Va0wzydvXYFwM9Hvyo07PoWjt8T/9GMc43Cvt8YkV/NU/tYUgEMC1grTPv2o9PRjQi0G3Wb5P/awiMg=='
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-CACHE="${FLEETGATE_LLAMA_CACHE:-$ROOT/.cache/llama}"
+# The verified tarball and the source tree (SRC_CACHE) serve every target; CACHE holds the
+# target's build tree and binary.
+SRC_CACHE="${FLEETGATE_LLAMA_CACHE:-$ROOT/.cache/llama}"
+CACHE="$SRC_CACHE"
+[ "$target" = aarch64 ] && CACHE="${FLEETGATE_LLAMA_AARCH64_CACHE:-$ROOT/.cache/llama-aarch64}"
 JOBS="${FLEETGATE_LLAMA_JOBS:-$(nproc)}"
+NICE=()
+[ "$target" = aarch64 ] && NICE=(nice -n "${FLEETGATE_LLAMA_NICE:-19}")
+TOOLCHAIN="$ROOT/scripts/cross/aarch64-linux-gnu.cmake"
+ARM_ARCH="${FLEETGATE_LLAMA_ARM_ARCH:-armv8.2-a+dotprod+i8mm+fp16}"
 
 # Everything that changes the binary goes into the stamp, so changing a flag here rebuilds.
 # GGML_NATIVE=OFF: the cache may outlive the CPU it was built on (a restored VM snapshot, a copied
@@ -48,7 +91,12 @@ CMAKE_FLAGS=(
   -DGGML_OPENMP=OFF
   -DGGML_CCACHE=OFF
 )
-if [ "${FLEETGATE_LLAMA_NATIVE:-0}" = 1 ]; then
+if [ "$target" = aarch64 ]; then
+  # llama-server needs nothing but glibc and libstdc++, which come with the cross compiler: its
+  # own root is the sysroot (the project's arm64 sysroot is for the agent's libraries).
+  CMAKE_FLAGS+=(-DGGML_NATIVE=OFF "-DGGML_CPU_ARM_ARCH=$ARM_ARCH"
+    -DFLEETGATE_AARCH64_SYSROOT=/usr/aarch64-linux-gnu)
+elif [ "${FLEETGATE_LLAMA_NATIVE:-0}" = 1 ]; then
   # Built where it runs (a phone, in Termux): every instruction set of this CPU.
   CMAKE_FLAGS+=(-DGGML_NATIVE=ON)
 else
@@ -58,28 +106,21 @@ else
   fi
 fi
 STAMP_TEXT="node-llama-cpp@$NODE_LLAMA_CPP_VERSION ${CMAKE_FLAGS[*]}"
-
-say() { printf '\033[1m[llama]\033[0m %s\n' "$*" >&2; }
-die() { printf '[llama] error: %s\n' "$*" >&2; exit 1; }
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
-
-force=0 clean=0
-for arg in "$@"; do
-  case "$arg" in
-    --force) force=1 ;;
-    --clean) clean=1; force=1 ;;
-    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) die "unknown argument '$arg' (try --help)" ;;
-  esac
-done
+TOOLCHAIN_FLAGS=()
+if [ "$target" = aarch64 ]; then
+  command -v aarch64-linux-gnu-g++ >/dev/null ||
+    die "aarch64-linux-gnu-g++ not found (Debian package g++-aarch64-linux-gnu)"
+  # The toolchain by content, not by path: every checkout sharing the cache agrees on the stamp.
+  TOOLCHAIN_FLAGS=("-DCMAKE_TOOLCHAIN_FILE=$TOOLCHAIN")
+  STAMP_TEXT+=" toolchain:$(sha256sum "$TOOLCHAIN" | cut -c1-16) $(aarch64-linux-gnu-g++ -dumpfullversion)"
+fi
 
 BIN="$CACHE/bin/llama-server"
 STAMP="$CACHE/bin/llama-server.stamp"
 up_to_date() { [ -x "$BIN" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_TEXT" ]; }
 
 if [ "$force" -eq 0 ] && up_to_date; then
-  say "llama-server (node-llama-cpp@$NODE_LLAMA_CPP_VERSION) is up to date: $BIN"
+  say "llama-server ($target, node-llama-cpp@$NODE_LLAMA_CPP_VERSION) is up to date: $BIN"
   exit 0
 fi
 
@@ -96,13 +137,22 @@ if ! flock -n 9; then
 fi
 
 T0=$(now)
-if [ "$clean" -eq 1 ]; then
+if [ "$clean" -eq 1 ] && [ "$target" = aarch64 ]; then
+  say "cleaning $CACHE (the aarch64 build; the source in $SRC_CACHE stays)"
+  rm -rf "${CACHE:?}/build" "${CACHE:?}/bin"
+elif [ "$clean" -eq 1 ]; then
   say "cleaning $CACHE (keeping the downloaded tarball)"
   rm -rf "${CACHE:?}/src" "${CACHE:?}/build" "${CACHE:?}/bin"
 fi
+# A cross build also holds the source cache's lock while it fetches and extracts the source.
+if [ "$CACHE" != "$SRC_CACHE" ]; then
+  mkdir -p "$SRC_CACHE"
+  exec 8>"$SRC_CACHE/.lock"
+  flock -n 8 || { say "another build holds $SRC_CACHE/.lock; waiting for it"; flock 8; }
+fi
 
 # 1. The tarball, verified.
-TGZ="$CACHE/dl/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz"
+TGZ="$SRC_CACHE/dl/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz"
 sri_sha512() {
   if command -v openssl >/dev/null; then
     printf 'sha512-%s' "$(openssl dgst -sha512 -binary "$1" | base64 -w0)"
@@ -113,10 +163,10 @@ sri_sha512() {
 if [ ! -f "$TGZ" ] || [ "$(sri_sha512 "$TGZ")" != "$NODE_LLAMA_CPP_INTEGRITY" ]; then
   t=$(now)
   say "fetching node-llama-cpp@$NODE_LLAMA_CPP_VERSION (npm pack)"
-  mkdir -p "$CACHE/dl"
+  mkdir -p "$SRC_CACHE/dl"
   rm -f "$TGZ"
-  (cd "$CACHE/dl" && npm pack "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" --silent \
-    --pack-destination "$CACHE/dl" >/dev/null)
+  (cd "$SRC_CACHE/dl" && npm pack "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" --silent \
+    --pack-destination "$SRC_CACHE/dl" >/dev/null)
   [ -f "$TGZ" ] || die "npm pack did not produce $TGZ"
   say "fetched in $(since "$t")"
 fi
@@ -128,22 +178,23 @@ fi
 say "tarball integrity verified ($NODE_LLAMA_CPP_INTEGRITY)"
 
 # 2. The llama.cpp source, cloned from the bundle inside the tarball.
-SRC="$CACHE/src"
-SRC_STAMP="$CACHE/src.stamp"
+SRC="$SRC_CACHE/src"
+SRC_STAMP="$SRC_CACHE/src.stamp"
 if [ ! -f "$SRC/CMakeLists.txt" ] || [ ! -d "$SRC/tools/server" ] || [ ! -f "$SRC_STAMP" ] ||
   [ "$(cat "$SRC_STAMP")" != "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" ]; then
   t=$(now)
   say "extracting llama.cpp's source from package/llama/gitRelease.bundle"
-  tmp="$(mktemp -d "$CACHE/.extract.XXXXXX")"
+  tmp="$(mktemp -d "$SRC_CACHE/.extract.XXXXXX")"
   trap 'rm -rf "$tmp"' EXIT
   tar -xzf "$TGZ" -C "$tmp" package/llama/gitRelease.bundle
-  rm -rf "$SRC" "$SRC_STAMP" "$CACHE/build"
+  rm -rf "$SRC" "$SRC_STAMP" "$SRC_CACHE/build"
   git -c advice.detachedHead=false clone --quiet "$tmp/package/llama/gitRelease.bundle" "$SRC"
   rm -rf "$tmp"
   trap - EXIT
   echo "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" >"$SRC_STAMP"
   say "source ready in $(since "$t") ($(git -C "$SRC" log -1 --format='%h %cs %s' 2>/dev/null || echo '?'))"
 fi
+[ "$CACHE" = "$SRC_CACHE" ] || exec 8>&-
 
 # 3. The build: CPU only, target llama-server only, offline.
 BUILD="$CACHE/build"
@@ -153,25 +204,33 @@ launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   # Relative paths in ccache's keys: another clone of the project hits the same cache entries.
+  # (A cross build's source and build trees are in two caches: their common parent.)
   export CCACHE_BASEDIR="$CACHE"
+  [ "$CACHE" = "$SRC_CACHE" ] || CCACHE_BASEDIR="$(dirname "$CACHE")"
   export CCACHE_NOHASHDIR=1
   ccache -z >/dev/null 2>&1 || true
 else
   say "ccache not found: a rebuild will take as long as the first build"
 fi
+# (A cache shared by several checkouts may name the toolchain file of one that is gone.)
+toolchain_gone() {
+  local f
+  f="$(sed -n 's/^CMAKE_TOOLCHAIN_FILE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)"
+  [ -n "$f" ] && [ ! -f "$f" ]
+}
 if [ "$force" -eq 1 ] || [ ! -f "$BUILD/CMakeCache.txt" ] || [ ! -f "$BUILD/.flags" ] ||
-  [ "$(cat "$BUILD/.flags")" != "$STAMP_TEXT" ]; then
+  [ "$(cat "$BUILD/.flags")" != "$STAMP_TEXT" ] || toolchain_gone; then
   rm -rf "$BUILD"
   t=$(now)
-  say "configuring (cmake ${CMAKE_FLAGS[*]})"
-  cmake -S "$SRC" -B "$BUILD" "${generator[@]}" "${CMAKE_FLAGS[@]}" "${launcher[@]}" \
+  say "configuring (cmake ${CMAKE_FLAGS[*]} ${TOOLCHAIN_FLAGS[*]})"
+  cmake -S "$SRC" -B "$BUILD" "${generator[@]}" "${CMAKE_FLAGS[@]}" "${TOOLCHAIN_FLAGS[@]}" "${launcher[@]}" \
     >"$CACHE/configure.log" 2>&1 || { tail -40 "$CACHE/configure.log" >&2; die "cmake configure failed (log: $CACHE/configure.log)"; }
   echo "$STAMP_TEXT" >"$BUILD/.flags"
   say "configured in $(since "$t")"
 fi
 t=$(now)
-say "building llama-server with $JOBS jobs (about 10 minutes on 2 cores the first time; seconds with a warm ccache)"
-cmake --build "$BUILD" --target llama-server --parallel "$JOBS" >"$CACHE/build.log" 2>&1 ||
+say "building llama-server ($target) with $JOBS jobs (about 10 minutes on 2 cores the first time; seconds with a warm ccache)"
+"${NICE[@]}" cmake --build "$BUILD" --target llama-server --parallel "$JOBS" >"$CACHE/build.log" 2>&1 ||
   { tail -40 "$CACHE/build.log" >&2; die "build failed (log: $CACHE/build.log)"; }
 say "built in $(since "$t")"
 if command -v ccache >/dev/null; then
@@ -184,6 +243,17 @@ built="$(find "$BUILD" -type f -name llama-server -perm -u+x | head -1)"
 mkdir -p "$CACHE/bin"
 cp -f "$built" "$BIN.tmp"
 mv -f "$BIN.tmp" "$BIN"
-"$BIN" --version >/dev/null 2>&1 || die "$BIN does not run"
+# A cross-built binary runs here under user-mode emulation when qemu-user-static is installed.
+run=("$BIN")
+if [ "$target" = aarch64 ]; then
+  readelf -h "$BIN" | grep -q 'Machine:.*AArch64' && ! readelf -l "$BIN" | grep -q INTERP ||
+    die "$BIN is not a static aarch64 executable (readelf -hl $BIN)"
+  run=()
+  command -v qemu-aarch64-static >/dev/null && run=(qemu-aarch64-static "$BIN")
+fi
+if [ ${#run[@]} -gt 0 ]; then
+  "${run[@]}" --version >/dev/null 2>&1 || die "$BIN does not run"
+fi
 echo "$STAMP_TEXT" >"$STAMP"
-say "llama-server ready: $BIN ($("$BIN" --version 2>&1 | grep -m1 -i version || true)); total $(since "$T0")"
+version="$([ ${#run[@]} -gt 0 ] && "${run[@]}" --version 2>&1 | grep -m1 -i version || true)"
+say "llama-server ($target) ready: $BIN ($version); total $(since "$T0")"

@@ -5,9 +5,12 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
+import { DockerfileParser } from 'dockerfile-ast';
+
 import { REPO_ROOT } from './gateway.mjs';
 
 export const DEPLOY_DIR = path.join(REPO_ROOT, 'deploy');
+export const DOCKERFILE = path.join(DEPLOY_DIR, 'docker', 'Dockerfile');
 export const SYSTEMD_ANALYZE = process.env.SYSTEMD_ANALYZE || '/usr/bin/systemd-analyze';
 
 // A systemd unit file as {section: {key: [values...]}}, in file order. Comments (# ;) and blank
@@ -84,3 +87,38 @@ export function systemdAnalyze(args, { timeoutMs = 30000 } = {}) {
   }
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
+
+// The Dockerfile as stages: [{from: {image, tag, stage}, instructions: [{keyword, args, flags, text}]}].
+export function stages(text) {
+  const file = DockerfileParser.parse(text);
+  const out = [];
+  for (const ins of file.getInstructions()) {
+    const item = {
+      keyword: ins.getKeyword(),
+      args: ins.getArguments().map((a) => a.getValue()),
+      flags: Object.fromEntries((ins.getFlags?.() ?? []).map((f) => [f.getName(), f.getValue()])),
+      text: ins.getArgumentsContent() ?? '',
+    };
+    if (item.keyword === 'FROM') {
+      out.push({ from: { image: ins.getImageName(), tag: ins.getImageTag(), stage: ins.getBuildStage() }, instructions: [] });
+    } else if (out.length > 0) {
+      out[out.length - 1].instructions.push(item);
+    }
+  }
+  return out;
+}
+
+// The packages a RUN's `apt-get install` lines name (options dropped).
+export function aptInstalls(stage) {
+  const pkgs = [];
+  for (const ins of stage.instructions.filter((i) => i.keyword === 'RUN')) {
+    for (const cmd of ins.text.split(/&&|;/)) {
+      const m = cmd.match(/apt-get\s+install\s+(.*)$/s);
+      if (m) {
+        pkgs.push(...m[1].trim().split(/\s+/).filter((w) => !w.startsWith('-')));
+      }
+    }
+  }
+  return pkgs;
+}
+

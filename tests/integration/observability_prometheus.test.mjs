@@ -270,7 +270,8 @@ describe('observability against a real Prometheus', { skip: missing ?? false }, 
     assert.equal(vars.datasource?.type, 'datasource');
     assert.equal(vars.datasource?.query, 'prometheus');
     assert.equal(vars.model?.type, 'query');
-    assert.match(vars.model.definition, /^label_values\(fleetgate_replicas_desired, *model\)$/);
+    // `query`, not `definition`: Grafana's schema has no `definition` (deploy_grafana.test.mjs).
+    assert.match(vars.model.query, /^label_values\(fleetgate_replicas_desired, *model\)$/);
     const panels = allPanels(d);
     const ids = panels.map((p) => p.id);
     assert.equal(new Set(ids).size, ids.length, 'unique panel ids');

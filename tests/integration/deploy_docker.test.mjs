@@ -175,10 +175,11 @@ describe('the Dockerfile (static: no Docker daemon here, the image is not built)
     const runs = build.instructions.filter((i) => i.keyword === 'RUN').map((i) => i.text).join('\n');
     assert.match(runs, /cmake --build build --target fleetgate fleetgate-agent/);
     assert.match(runs, /-DBUILD_TESTING=OFF/);
-    // Where this checkout's build puts the binaries is where the final stage copies them from.
-    for (const bin of BINARIES) {
-      assert.ok(fs.existsSync(path.join(REPO_ROOT, 'build', 'bin', bin)) || process.env.FLEETGATE_BIN, `build/bin/${bin}`);
-    }
+    // The build stage builds in /src/build, and CMakeLists.txt puts executables in <build>/bin:
+    // that is where the final stage copies them from.
+    assert.match(runs, /cmake -S \. -B build /);
+    assert.match(fs.readFileSync(path.join(REPO_ROOT, 'CMakeLists.txt'), 'utf8'), /set\(CMAKE_RUNTIME_OUTPUT_DIRECTORY \$\{CMAKE_BINARY_DIR\}\/bin\)/);
+    assert.ok(build.instructions.some((i) => i.keyword === 'WORKDIR' && i.args[0] === '/src'), 'WORKDIR /src');
     assert.match(dockerText(), /COPY --from=build \/src\/build\/bin\/fleetgate \/src\/build\/bin\/fleetgate-agent /);
   });
 

@@ -8,13 +8,18 @@
 //  - TimeoutStopSec leaves the gateway its drain (server.drain_timeout of config/example.yaml);
 //  - ExecReload, run as systemd runs it (each line in order, $MAINPID filled in, the first failure
 //    stops), against a real gateway: a broken file is refused by the --check line and no SIGHUP is
-//    sent; a good one is applied ("configuration reloaded").
+//    sent; a good one is applied ("configuration reloaded");
+//  - the gateway, with a local simulated phone, serves under the unit's main restrictions as far
+//    as they can be reproduced without systemd (root only): an unprivileged uid and gid, no
+//    capabilities (effective, permitted, bounding), no_new_privs, every mount read-only (as
+//    ProtectSystem=strict, and /tmp too, stricter than PrivateTmp), in a private mount namespace.
+//    Not reproduced: the system call filter, the address-family and namespace restrictions.
 //
 // Skipped (with the reason) only when systemd-analyze is missing; ./fleet test installs the
 // Debian package "systemd". systemd is not PID 1 here: the units are verified, not started.
 
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -23,7 +28,7 @@ import YAML from 'yaml';
 
 import { DEPLOY_DIR, fleetgateSeconds, parseUnit, systemdAnalyze, systemdAnalyzeMissing, systemdSeconds, unitValue } from './lib/deploy_util.mjs';
 import { startFakeReplica } from './lib/fake_replica.mjs';
-import { FLEETGATE_BIN, REPO_ROOT, makeTempDir, removeDir, startGateway, stopChecked } from './lib/gateway.mjs';
+import { FLEETGATE_BIN, Gateway, REPO_ROOT, eventually, makeTempDir, postJson, removeDir, request, startGateway, stopChecked } from './lib/gateway.mjs';
 
 const UNITS = ['fleetgate.service', 'fleetgate-agent.service'];
 const BIN_DIR = path.dirname(FLEETGATE_BIN);
@@ -202,5 +207,88 @@ describe("fleetgate.service's ExecReload against a running gateway", () => {
     assert.equal(results.length, unit.Service.ExecReload.length);
     await gw.waitForLog((l) => l.msg === 'configuration reloaded', { timeoutMs: 10000 });
     assert.ok(!gw.logs.some((l) => /^reload refused/.test(l.msg)), 'no reload was refused: the broken file never got a SIGHUP');
+  });
+});
+
+// The restrictions of fleetgate.service reproduced with util-linux (unshare, setpriv), as far as
+// they go without systemd as PID 1.
+function sandboxMissing() {
+  if (process.getuid?.() !== 0) {
+    return 'needs root (a mount namespace and setpriv)';
+  }
+  for (const bin of ['/usr/bin/unshare', '/usr/bin/setpriv']) {
+    if (!fs.existsSync(bin)) {
+      return `${bin} is missing (Debian util-linux)`;
+    }
+  }
+  const r = spawnSync('/usr/bin/unshare', ['-m', '--propagation', 'private', 'true'], { encoding: 'utf8' });
+  return r.status === 0 ? null : `no mount namespace here: ${r.stderr.trim()}`;
+}
+const noSandbox = sandboxMissing();
+if (noSandbox) {
+  console.log(`# deploy_systemd: the sandboxed run is SKIPPED: ${noSandbox}`);
+}
+
+describe("the gateway under fleetgate.service's restrictions (reproduced without systemd)", { skip: noSandbox ?? false }, () => {
+  const NOBODY = 65534;
+  let gw;
+  let dir;
+
+  before(async () => {
+    dir = makeTempDir('fleetgate-sandbox-');
+    fs.chmodSync(dir, 0o755);
+    const configPath = path.join(dir, 'fleet.yaml');
+    fs.writeFileSync(
+      configPath,
+      ['server: {listen: 127.0.0.1:0}', 'admin: {listen: 127.0.0.1:0}', 'models: [{name: m, local: {count: 1, profile: fast-test, time_scale: 20}}]', ''].join('\n'),
+    );
+    fs.chmodSync(configPath, 0o644);
+    // In a private mount namespace: every mount but the kernel's API file systems read-only, then
+    // the gateway as an unprivileged user with no capabilities and no_new_privs (each step execs
+    // the next: the child's pid is the gateway's).
+    const script = [
+      'for m in $(awk \'{print $5}\' /proc/self/mountinfo | sort -u); do',
+      '  case "$m" in /proc*|/sys*|/dev*) ;; *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac',
+      'done',
+      'touch "$1/written" 2>/dev/null && { echo "the file system is still writable" >&2; exit 3; }',
+      `exec /usr/bin/setpriv --no-new-privs --inh-caps=-all --bounding-set=-all --reuid=${NOBODY} --regid=${NOBODY} --clear-groups -- "$2" --config "$1/fleet.yaml"`,
+    ].join('\n');
+    const child = spawn('/usr/bin/unshare', ['-m', '--propagation', 'private', '/bin/sh', '-c', script, 'sh', dir, FLEETGATE_BIN], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    gw = new Gateway(child, dir, configPath);
+    const [pub, adm] = await Promise.all([
+      gw.waitForLog((l) => l.msg === 'listening' && l.listener === 'public', { timeoutMs: 10000, what: 'the public listening line' }),
+      gw.waitForLog((l) => l.msg === 'listening' && l.listener === 'admin', { timeoutMs: 10000, what: 'the admin listening line' }),
+    ]);
+    gw.publicUrl = `http://${pub.address}`;
+    gw.adminUrl = `http://${adm.address}`;
+  });
+  after(async () => {
+    if (gw) {
+      const code = await gw.stop();
+      assert.equal(code, 0, `the sandboxed gateway exits 0 on SIGTERM:\n${gw.stderrText.slice(-2000)}`);
+    }
+    removeDir(dir);
+  });
+
+  test('it runs as an unprivileged user with no capabilities and no_new_privs', () => {
+    const status = fs.readFileSync(`/proc/${gw.pid}/status`, 'utf8');
+    const field = (name) => status.match(new RegExp(`^${name}:\\s*(.*)$`, 'm'))?.[1];
+    assert.match(field('Name'), /fleetgate/);
+    assert.equal(field('Uid').split(/\s+/)[0], String(NOBODY));
+    assert.equal(field('Gid').split(/\s+/)[0], String(NOBODY));
+    for (const caps of ['CapEff', 'CapPrm', 'CapBnd', 'CapAmb']) {
+      assert.equal(BigInt(`0x${field(caps)}`), 0n, `${caps} is empty`);
+    }
+    assert.equal(field('NoNewPrivs'), '1');
+  });
+
+  test('its local phone starts, becomes healthy, and a chat request is answered', async () => {
+    await eventually(async () => (await request(`${gw.adminUrl}/readyz`)).status === 200, { timeoutMs: 10000, what: '/readyz 200' });
+    assert.equal((await request(`${gw.adminUrl}/healthz`)).status, 200);
+    const res = await postJson(gw.publicUrl, '/v1/chat/completions', { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });
+    assert.equal(res.status, 200, res.text);
+    assert.ok(!gw.logs.some((l) => l.level === 'error'), `no error logged: ${JSON.stringify(gw.logs.filter((l) => l.level === 'error'))}`);
   });
 });

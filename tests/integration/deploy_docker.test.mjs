@@ -10,10 +10,18 @@
 //  - the build stage installs the library packages ./fleet installs, and builds both targets;
 //  - EXPOSE matches config/example.yaml's listen ports; the HEALTHCHECK command, run here as
 //    written (its port pointed at a test gateway), passes against the admin listener and fails
-//    against a port that answers /healthz with 404.
+//    against a port that answers /healthz with 404;
+//  - an emulated image (root only): a directory holding the files of the final stage's Debian
+//    packages and of the base packages they and the HEALTHCHECK need (libc6, bash, coreutils,
+//    grep..., dependencies resolved with dpkg on this Debian 12 machine, files copied from
+//    `dpkg -L`), plus what the COPY lines copy; the Dockerfile's ENTRYPOINT and CMD then run in it
+//    with chroot as its USER, the root read-only (as readOnlyRootFilesystem in deploy/k8s), and
+//    must serve a chat request through a local simulated phone (the agent binary from the same
+//    image), pass the HEALTHCHECK run in the same root, and exit 0 on SIGTERM. This is not
+//    `docker build`: the base image's own files are approximated by those packages.
 
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -23,7 +31,7 @@ import YAML from 'yaml';
 
 import { DEPLOY_DIR, aptInstalls, stages } from './lib/deploy_util.mjs';
 import { startFakeReplica } from './lib/fake_replica.mjs';
-import { FLEETGATE_BIN, REPO_ROOT, startGateway, stopChecked } from './lib/gateway.mjs';
+import { FLEETGATE_BIN, Gateway, REPO_ROOT, eventually, makeTempDir, postJson, removeDir, request, startGateway, stopChecked } from './lib/gateway.mjs';
 
 const DOCKERFILE = path.join(DEPLOY_DIR, 'docker', 'Dockerfile');
 const BIN_DIR = path.dirname(FLEETGATE_BIN);
@@ -227,5 +235,198 @@ describe("the Dockerfile's HEALTHCHECK command, run here against a gateway", () 
   test('fails when the port answers something else (the public listener: /healthz is 404 there)', () => {
     const r = run(new URL(gw.publicUrl).host);
     assert.notEqual(r.status, 0);
+  });
+});
+
+// ---- an emulated image: the final stage's files in a directory, run with chroot -------------
+
+function emulationMissing() {
+  if (process.getuid?.() !== 0) {
+    return 'needs root (chroot, a mount namespace)';
+  }
+  for (const bin of ['/usr/bin/unshare', '/usr/sbin/chroot', '/usr/bin/dpkg-query']) {
+    if (!fs.existsSync(bin)) {
+      return `${bin} is missing`;
+    }
+  }
+  const r = spawnSync('/usr/bin/unshare', ['-m', '--propagation', 'private', 'true'], { encoding: 'utf8' });
+  return r.status === 0 ? null : `no mount namespace here: ${r.stderr.trim()}`;
+}
+
+// Installed packages and everything they depend on (Depends, Pre-Depends; of alternatives the
+// first one installed), by dpkg on this machine.
+function dependencyClosure(roots) {
+  const seen = new Set();
+  const queue = [...roots];
+  while (queue.length > 0) {
+    const pkg = queue.shift();
+    if (seen.has(pkg)) {
+      continue;
+    }
+    const r = spawnSync('dpkg-query', ['-W', '-f=${Status}\t${Depends}, ${Pre-Depends}', pkg], { encoding: 'utf8' });
+    assert.equal(r.status, 0, `${pkg} is installed on this machine (dpkg-query): ${r.stderr}`);
+    const [status, deps] = r.stdout.split('\t');
+    assert.match(status, /ok installed/, `${pkg} is installed on this machine`);
+    seen.add(pkg);
+    for (const group of deps.split(',').map((d) => d.trim()).filter(Boolean)) {
+      const alts = group.split('|').map((a) => a.replace(/\(.*?\)/g, '').replace(/:any$/, '').trim());
+      const installed = alts.find((a) => spawnSync('dpkg-query', ['-W', '-f=${Status}', a], { encoding: 'utf8' }).stdout.includes('ok installed'));
+      if (installed) {
+        queue.push(installed);
+      }
+    }
+  }
+  return [...seen];
+}
+
+// Copies a package's files (dpkg -L) into root, on Debian 12's merged /usr (directories are
+// resolved on this machine: /lib/x/y lands in usr/lib/x/y). Documentation is left out.
+function copyPackage(pkg, root) {
+  const list = execFileSync('dpkg', ['-L', pkg], { encoding: 'utf8' }).split('\n').filter(Boolean);
+  for (const file of list) {
+    if (/^\/usr\/share\/(doc|man|info|locale|lintian)\//.test(file) || !fs.existsSync(path.dirname(file))) {
+      continue;
+    }
+    let st;
+    try {
+      st = fs.lstatSync(file);
+    } catch {
+      continue; // diverted or removed
+    }
+    const dest = path.join(root, fs.realpathSync(path.dirname(file)), path.basename(file));
+    if (st.isDirectory()) {
+      fs.mkdirSync(path.join(root, fs.realpathSync(file)), { recursive: true });
+    } else if (!fs.existsSync(dest) && !isLink(dest)) {
+      fs.mkdirSync(path.dirname(dest), { recursive: true });
+      if (st.isSymbolicLink()) {
+        fs.symlinkSync(fs.readlinkSync(file), dest);
+      } else if (st.isFile()) {
+        fs.copyFileSync(file, dest);
+        fs.chmodSync(dest, st.mode & 0o7777);
+      }
+    }
+  }
+}
+
+function isLink(file) {
+  try {
+    return fs.lstatSync(file).isSymbolicLink();
+  } catch {
+    return false;
+  }
+}
+
+const noEmulation = emulationMissing();
+if (noEmulation) {
+  console.log(`# deploy_docker: the emulated image is SKIPPED: ${noEmulation}`);
+}
+
+describe('an emulated image: the final stage\'s files, its ENTRYPOINT and CMD under chroot (not docker build)', { skip: noEmulation ?? false }, () => {
+  let root;
+  let gw;
+  let uid;
+  let gid;
+  let healthArgv;
+  let packages;
+
+  before(async () => {
+    const final = stages(dockerText()).at(-1);
+    [uid, gid] = final.instructions.filter((i) => i.keyword === 'USER').at(-1).args[0].split(':').map(Number);
+    const hc = final.instructions.find((i) => i.keyword === 'HEALTHCHECK');
+    healthArgv = JSON.parse(hc.text.replace(/^CMD\s+/, ''));
+    // The base image's packages this relies on: the C library and GCC runtime, and what the
+    // HEALTHCHECK runs (bash, head, grep).
+    packages = dependencyClosure([...aptInstalls(final), ...IN_BASE_IMAGE, 'bash', 'coreutils', 'grep']);
+    root = makeTempDir('fleetgate-image-');
+    fs.chmodSync(root, 0o755);
+    for (const dir of ['usr/bin', 'usr/sbin', 'usr/lib', 'usr/lib64', 'etc', 'proc', 'dev', 'tmp']) {
+      fs.mkdirSync(path.join(root, dir), { recursive: true });
+    }
+    for (const link of ['bin', 'sbin', 'lib', 'lib64']) {
+      fs.symlinkSync(`usr/${link}`, path.join(root, link));
+    }
+    for (const pkg of packages) {
+      copyPackage(pkg, root);
+    }
+    // ca-certificates' bundle is made by its postinst (update-ca-certificates), not shipped.
+    if (packages.includes('ca-certificates')) {
+      fs.mkdirSync(path.join(root, 'etc/ssl/certs'), { recursive: true });
+      fs.copyFileSync('/etc/ssl/certs/ca-certificates.crt', path.join(root, 'etc/ssl/certs/ca-certificates.crt'));
+    }
+    // The COPY lines: /src/build/bin/X is this build's X.
+    for (const c of final.instructions.filter((i) => i.keyword === 'COPY')) {
+      const dest = c.args.at(-1);
+      for (const src of c.args.slice(0, -1)) {
+        assert.match(src, /^\/src\/build\/bin\//);
+        const target = path.join(root, dest, path.posix.basename(src));
+        fs.mkdirSync(path.dirname(target), { recursive: true });
+        fs.copyFileSync(path.join(BIN_DIR, path.posix.basename(src)), target);
+        fs.chmodSync(target, 0o755);
+      }
+    }
+    // The user the RUN line adds, and the configuration an operator mounts.
+    fs.appendFileSync(path.join(root, 'etc/passwd'), `root:x:0:0:root:/root:/bin/bash\nfleetgate:x:${uid}:${gid}::/nonexistent:/usr/sbin/nologin\n`);
+    fs.appendFileSync(path.join(root, 'etc/group'), `root:x:0:\nfleetgate:x:${gid}:\n`);
+    const entry = JSON.parse(final.instructions.find((i) => i.keyword === 'ENTRYPOINT').text);
+    const cmd = JSON.parse(final.instructions.find((i) => i.keyword === 'CMD').text);
+    const configPath = cmd[cmd.indexOf('--config') + 1];
+    fs.mkdirSync(path.join(root, path.dirname(configPath)), { recursive: true });
+    fs.writeFileSync(
+      path.join(root, configPath),
+      ['server: {listen: 127.0.0.1:0}', 'admin: {listen: 127.0.0.1:0}', 'models: [{name: m, local: {count: 1, profile: fast-test, time_scale: 20}}]', ''].join('\n'),
+    );
+    // A private mount namespace: /proc and /dev as a container runtime provides them, the root
+    // read-only, /tmp a tmpfs (the emptyDir of deploy/k8s); then chroot as the image's USER.
+    const script = [
+      'set -e',
+      'mount --bind "$1" "$1"',
+      'mount -o remount,bind,ro "$1"',
+      'mount -t proc proc "$1/proc"',
+      'mount --rbind /dev "$1/dev"',
+      'mount -t tmpfs -o mode=1777,size=16m tmpfs "$1/tmp"',
+      'shift',
+      'exec /usr/sbin/chroot "$@"',
+    ].join('\n');
+    const child = spawn('/usr/bin/unshare', ['-m', '--propagation', 'private', '/bin/sh', '-c', script, 'sh', root, `--userspec=${uid}:${gid}`, root, ...entry, ...cmd], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { PATH: '/usr/local/bin:/usr/bin:/bin' }, // a container's, not this test's
+    });
+    gw = new Gateway(child, null, path.join(root, configPath));
+    const [pub, adm] = await Promise.all([
+      gw.waitForLog((l) => l.msg === 'listening' && l.listener === 'public', { timeoutMs: 15000, what: 'the public listening line' }),
+      gw.waitForLog((l) => l.msg === 'listening' && l.listener === 'admin', { timeoutMs: 15000, what: 'the admin listening line' }),
+    ]);
+    gw.publicUrl = `http://${pub.address}`;
+    gw.adminUrl = `http://${adm.address}`;
+  });
+  after(async () => {
+    try {
+      if (gw) {
+        const code = await gw.stop();
+        assert.equal(code, 0, `the gateway in the emulated image exits 0 on SIGTERM:\n${gw.stderrText.slice(-2000)}`);
+      }
+    } finally {
+      if (root) {
+        removeDir(root);
+      }
+    }
+  });
+
+  test('the gateway runs as the image user and serves a chat request through its local agent', async () => {
+    console.log(`# emulated image: ${packages.length} Debian packages: ${packages.join(' ')}`);
+    const status = fs.readFileSync(`/proc/${gw.pid}/status`, 'utf8');
+    assert.match(status, new RegExp(`^Uid:\\s+${uid}\\b`, 'm'));
+    assert.match(status, /^CapEff:\s+0+$/m);
+    await eventually(async () => (await request(`${gw.adminUrl}/readyz`)).status === 200, { timeoutMs: 10000, what: '/readyz 200' });
+    const res = await postJson(gw.publicUrl, '/v1/chat/completions', { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });
+    assert.equal(res.status, 200, res.text);
+    assert.ok(gw.logs.some((l) => l.msg === 'local agent started'), 'fleetgate-agent started from the image');
+  });
+
+  test('the HEALTHCHECK passes, run in the image as its user', () => {
+    const port = new URL(gw.adminUrl).port;
+    const argv = healthArgv.map((a) => a.replace(/127\.0\.0\.1\/\d+/, `127.0.0.1/${port}`));
+    const r = spawnSync('/usr/sbin/chroot', [`--userspec=${uid}:${gid}`, root, ...argv], { encoding: 'utf8', timeout: 10000 });
+    assert.equal(r.status, 0, `${r.stdout}${r.stderr}`);
   });
 });

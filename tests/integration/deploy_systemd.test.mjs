@@ -265,11 +265,14 @@ describe("the gateway under fleetgate.service's restrictions (reproduced without
     gw.adminUrl = `http://${adm.address}`;
   });
   after(async () => {
-    if (gw) {
-      const code = await gw.stop();
-      assert.equal(code, 0, `the sandboxed gateway exits 0 on SIGTERM:\n${gw.stderrText.slice(-2000)}`);
+    try {
+      if (gw) {
+        const code = await gw.stop();
+        assert.equal(code, 0, `the sandboxed gateway exits 0 on SIGTERM:\n${gw.stderrText.slice(-2000)}`);
+      }
+    } finally {
+      removeDir(dir);
     }
-    removeDir(dir);
   });
 
   test('it runs as an unprivileged user with no capabilities and no_new_privs', () => {

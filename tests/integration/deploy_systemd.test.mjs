@@ -243,6 +243,14 @@ describe("the gateway under fleetgate.service's restrictions (reproduced without
       ['server: {listen: 127.0.0.1:0}', 'admin: {listen: 127.0.0.1:0}', 'models: [{name: m, local: {count: 1, profile: fast-test, time_scale: 20}}]', ''].join('\n'),
     );
     fs.chmodSync(configPath, 0o644);
+    // The binaries as installed (/usr/local/bin, 0755): copied out of the checkout, which an
+    // unprivileged user may not be able to enter (a CI checkout under /root).
+    const binDir = path.join(dir, 'bin');
+    fs.mkdirSync(binDir, { mode: 0o755 });
+    for (const bin of ['fleetgate', 'fleetgate-agent']) {
+      fs.copyFileSync(path.join(BIN_DIR, bin), path.join(binDir, bin));
+      fs.chmodSync(path.join(binDir, bin), 0o755);
+    }
     // In a private mount namespace: every mount but the kernel's API file systems read-only, then
     // the gateway as an unprivileged user with no capabilities and no_new_privs (each step execs
     // the next: the child's pid is the gateway's).
@@ -253,8 +261,11 @@ describe("the gateway under fleetgate.service's restrictions (reproduced without
       'touch "$1/written" 2>/dev/null && { echo "the file system is still writable" >&2; exit 3; }',
       `exec /usr/bin/setpriv --no-new-privs --inh-caps=-all --bounding-set=-all --reuid=${NOBODY} --regid=${NOBODY} --clear-groups -- "$2" --config "$1/fleet.yaml"`,
     ].join('\n');
-    const child = spawn('/usr/bin/unshare', ['-m', '--propagation', 'private', '/bin/sh', '-c', script, 'sh', dir, FLEETGATE_BIN], {
+    const env = { ...process.env };
+    delete env.FLEETGATE_AGENT_BIN; // the agent beside the gateway, as installed
+    const child = spawn('/usr/bin/unshare', ['-m', '--propagation', 'private', '/bin/sh', '-c', script, 'sh', dir, path.join(binDir, 'fleetgate')], {
       stdio: ['ignore', 'pipe', 'pipe'],
+      env,
     });
     gw = new Gateway(child, dir, configPath);
     const [pub, adm] = await Promise.all([

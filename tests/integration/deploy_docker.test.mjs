@@ -41,27 +41,34 @@ const IN_BASE_IMAGE = new Set(['libc6', 'libgcc-s1']);
 
 const dockerText = () => fs.readFileSync(DOCKERFILE, 'utf8');
 
-// The Debian packages that provide the shared libraries a binary loads (ldd, then dpkg -S).
+// The Debian packages that provide the shared libraries a binary loads (ldd, then one dpkg -S).
 function runtimePackages(binary) {
   const ldd = execFileSync('ldd', [binary], { encoding: 'utf8' });
-  const pkgs = new Set();
+  const libs = [];
   for (const line of ldd.split('\n')) {
     const m = line.match(/=>\s+(\/\S+)/) ?? line.match(/^\s*(\/\S+)\s+\(/);
-    if (!m) {
-      continue;
+    if (m) {
+      libs.push(m[1]);
     }
-    // Debian 12 is merged-/usr: dpkg may know the file under either name.
-    const real = fs.realpathSync(m[1]);
-    const candidates = [m[1], real, real.replace(/^\/usr/, ''), `/usr${m[1]}`];
-    let owner = null;
-    for (const file of candidates) {
-      const r = spawnSync('dpkg', ['-S', file], { encoding: 'utf8' });
-      if (r.status === 0) {
-        owner = r.stdout.split(':')[0].trim();
-        break;
-      }
+  }
+  // Debian 12 is merged-/usr: dpkg may know a file under /lib or /usr/lib. Ask for each name a
+  // library has (the path ldd shows, its real path, both with and without /usr).
+  const names = (lib) => {
+    const real = fs.realpathSync(lib);
+    return [...new Set([lib, real, real.replace(/^\/usr/, ''), `/usr${lib}`])];
+  };
+  const r = spawnSync('dpkg', ['-S', ...libs.flatMap(names)], { encoding: 'utf8' });
+  const owners = new Map(); // file -> package
+  for (const line of r.stdout.split('\n')) {
+    const m = line.match(/^([^:,\s]+)(?::[a-z0-9]+)?: (\/\S+)$/);
+    if (m) {
+      owners.set(m[2], m[1]);
     }
-    assert.ok(owner, `a Debian package provides ${m[1]} (${real})`);
+  }
+  const pkgs = new Set();
+  for (const lib of libs) {
+    const owner = names(lib).map((n) => owners.get(n)).find(Boolean);
+    assert.ok(owner, `a Debian package provides ${lib}`);
     pkgs.add(owner);
   }
   return pkgs;
@@ -256,6 +263,14 @@ function emulationMissing() {
 // Installed packages and everything they depend on (Depends, Pre-Depends; of alternatives the
 // first one installed), by dpkg on this machine.
 function dependencyClosure(roots) {
+  const installed = new Map(); // package -> its dependency groups
+  const all = execFileSync('dpkg-query', ['-W', '-f=${Package}\t${Status}\t${Depends}, ${Pre-Depends}\n'], { encoding: 'utf8' });
+  for (const line of all.split('\n')) {
+    const [pkg, status, deps] = line.split('\t');
+    if (status?.includes('ok installed')) {
+      installed.set(pkg, deps.split(',').map((d) => d.trim()).filter(Boolean));
+    }
+  }
   const seen = new Set();
   const queue = [...roots];
   while (queue.length > 0) {
@@ -263,16 +278,13 @@ function dependencyClosure(roots) {
     if (seen.has(pkg)) {
       continue;
     }
-    const r = spawnSync('dpkg-query', ['-W', '-f=${Status}\t${Depends}, ${Pre-Depends}', pkg], { encoding: 'utf8' });
-    assert.equal(r.status, 0, `${pkg} is installed on this machine (dpkg-query): ${r.stderr}`);
-    const [status, deps] = r.stdout.split('\t');
-    assert.match(status, /ok installed/, `${pkg} is installed on this machine`);
+    assert.ok(installed.has(pkg), `${pkg} is installed on this machine`);
     seen.add(pkg);
-    for (const group of deps.split(',').map((d) => d.trim()).filter(Boolean)) {
+    for (const group of installed.get(pkg)) {
       const alts = group.split('|').map((a) => a.replace(/\(.*?\)/g, '').replace(/:any$/, '').trim());
-      const installed = alts.find((a) => spawnSync('dpkg-query', ['-W', '-f=${Status}', a], { encoding: 'utf8' }).stdout.includes('ok installed'));
-      if (installed) {
-        queue.push(installed);
+      const first = alts.find((a) => installed.has(a));
+      if (first) {
+        queue.push(first);
       }
     }
   }

@@ -1,7 +1,7 @@
 // Chaos: one hostile phone beside healthy ones, in every way of misbehaving at once-per-scenario
 // (lib/hostile_phone.mjs): it hangs after the head, trickles one byte a second, sends garbage,
 // sends 1xx before its answer, streams an event with no newline, sends a 100 MB event (and a
-// 100 MB whole answer), resets mid-stream, flaps 5xx, serves the wrong model (on /health and on
+// 100 MB whole answer), resets mid-stream, nests its usage JSON 100k levels deep, flaps 5xx, serves the wrong model (on /health and on
 // /v1/models). Throughout (lib/invariants.mjs): every request gets exactly one terminal answer
 // before routing.request_timeout (plus a grace); no phone ever holds more requests than its
 // slots; the gateway's RSS stays under RSS_BOUND; it never dies; the healthy phones stay healthy
@@ -129,6 +129,7 @@ describe('chaos: hostile phones', () => {
   scenario('streams an event with no newline, endlessly', 'endlessEvent');
   scenario('sends a 100 MB event (and a 100 MB whole answer)', 'hugeEvent', { bytes: 100 * 1000 * 1000 });
   scenario('resets the connection mid-stream', 'resetMidStream', { afterEvents: 2 });
+  scenario('nests its usage JSON 100k levels deep', 'nestedJson', { depth: 100000 });
   scenario('flaps 5xx', 'flap5xx', { statuses: [500, 502, 503] });
 
   test('serves the wrong model on /health: unhealthy with that reason, never given a request', TEST_TIMEOUT, async () => {

@@ -18,6 +18,10 @@
 //   resetMidStream an event stream of `afterEvents` (default 2) events, then a TCP reset
 //                  (non-streamed: half a body, then a reset)
 //   flap5xx        answers alternate: `status` (default cycles 500, 502, 503), then healthy
+//   firehose       not hostile: a well-formed stream of small events without end, as fast as the
+//                  gateway reads (a very long answer; for clients that stop reading)
+//   nestedJson     a JSON answer (or a stream's usage event) whose usage nests `depth` (default
+//                  100k) levels deep
 //   wrongModel     healthy answers, but the probes name `served` (default "another-model"): on
 //                  /health as an agent's {"model": ...}, on /v1/models as data[].id
 //
@@ -328,6 +332,26 @@ export class HostilePhone {
         await write(stream ? `\n\n${sseTail(model)}` : '"}');
         socket.end();
         return;
+      }
+      case 'firehose': {
+        if (!(await write(SSE_HEAD))) {
+          return;
+        }
+        const events = sseEvents(model, 200);
+        while (await write(events)) {
+          // as fast as the gateway reads
+        }
+        return;
+      }
+      case 'nestedJson': {
+        const depth = mode.depth ?? 100000;
+        const usage = `${'{"a":'.repeat(depth)}1${'}'.repeat(depth)}`;
+        if (stream) {
+          const tail = `data: {"id":"x","object":"chat.completion.chunk","model":"${model}","choices":[],"usage":${usage}}\n\n`;
+          return answer(SSE_CHUNKED_HEAD + chunked(sseEvents(model, 2) + tail + sseTail(model)));
+        }
+        const doc = `{"id":"x","object":"chat.completion","model":"${model}","choices":[],"usage":${usage}}`;
+        return answer(JSON_HEAD(Buffer.byteLength(doc)) + doc);
       }
       case 'resetMidStream': {
         if (stream) {

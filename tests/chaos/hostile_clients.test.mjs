@@ -81,7 +81,7 @@ describe('chaos: hostile clients', () => {
         max_buffered_bytes: MAX_BUFFERED,
       },
       routing: { request_timeout: '40s', queue_timeout: '30s' },
-      health: { interval: '200ms', timeout: '150ms', unhealthy_after: 2, healthy_after: 1, eject_after: 3 },
+      health: { interval: '500ms', timeout: '400ms', unhealthy_after: 3, healthy_after: 1, eject_after: 3 },
       models: [
         { name: 'm', endpoints: [{ url: phone.url, slots: 4 }] },
         { name: 's', endpoints: [{ url: firehose.url, slots: 20 }] },

@@ -43,7 +43,7 @@ describe('chaos: hostile phones', () => {
       server: { write_timeout: '3s' },
       routing: { request_timeout: `${REQUEST_TIMEOUT_MS}ms`, queue_timeout: '3s', keepalive_interval: '1s' },
       upstream: { connect_timeout: '1s', first_byte_timeout: '2s', idle_timeout: '2s', max_response_bytes: 4 * MiB },
-      health: { interval: '200ms', timeout: '150ms', unhealthy_after: 3, healthy_after: 1, eject_after: 3 },
+      health: { interval: '300ms', timeout: '250ms', unhealthy_after: 3, healthy_after: 1, eject_after: 3 },
       models: [
         { name: 'h', endpoints: [{ url: hostile.url, slots: SLOTS }, { url: healthyH.url, slots: SLOTS }] },
         { name: 'v', health: { path: '/v1/models' }, endpoints: [{ url: hostileV.url, slots: SLOTS }, { url: healthyV.url, slots: SLOTS }] },

@@ -46,7 +46,7 @@ describe('chaos: deeply nested JSON on every JSON route', () => {
     gw = await startGateway({
       admin: { token_env: 'FG_IT_ADMIN_TOKEN' },
       registration: { token_env: 'FG_IT_REGISTRATION_TOKEN', allowed_urls: ['http://127.0.0.1:*'] },
-      health: { interval: '200ms', timeout: '150ms', unhealthy_after: 2, healthy_after: 1, eject_after: 3 },
+      health: { interval: '500ms', timeout: '400ms', unhealthy_after: 3, healthy_after: 1, eject_after: 3 },
       models: [{ name: 'm', endpoints: [{ url: phone.url, slots: 4 }] }],
     }, { env: TOKEN_ENV });
     const reg = await register(gw, { url: registered.url, model: 'm', slots: 1, agent_version: 'chaos', device: {} });

@@ -28,14 +28,15 @@ asio::awaitable<void> watch_client(Conn* conn, beast::flat_buffer* buffer, std::
   }
 }
 
-asio::awaitable<void> drain_and_close(Conn* conn) {
+asio::awaitable<void> drain_and_close(Conn* conn, std::uint64_t max_bytes) {
   std::array<char, 4096> sink;
   conn->expires_after(std::chrono::seconds(2));
-  for (int i = 0; i < 64 && conn->is_open(); ++i) {
+  for (std::uint64_t drained = 0; drained < max_bytes && conn->is_open();) {
     auto [ec, n] = co_await conn->read_some(asio::buffer(sink));
     if (ec) {
       break;
     }
+    drained += n;
   }
   conn->close();
 }

@@ -25,9 +25,12 @@ namespace http = beast::http;
 asio::awaitable<void> watch_client(Conn* conn, beast::flat_buffer* buffer, std::size_t cap);
 
 // The second half of a lingering close (after conn->shutdown()): reads what the peer still sends
-// until it closes too (at most 2 s, 256 KiB), so unread input does not turn the last response
-// into a reset, then closes.
-asio::awaitable<void> drain_and_close(Conn* conn);
+// until it closes too (at most 2 s, max_bytes), so unread input does not turn the last response
+// into a reset (which makes the peer's kernel drop the response unread), then closes. The session
+// raises max_bytes to a refused request's declared body, so a client that sends its body anyway
+// still gets its answer.
+inline constexpr std::uint64_t kLingerBytes = 256 * 1024;
+asio::awaitable<void> drain_and_close(Conn* conn, std::uint64_t max_bytes = kLingerBytes);
 
 // "HTTP/1.1 <status> <reason>\r\n" + headers + "\r\n". With content_length unset the body is
 // sent chunked.

@@ -47,7 +47,22 @@ struct ReadResult {
   // or the head check failed)
   bool must_close = false;
   std::string reason;  // what it is counted as; "" for the ordinary ends of a connection
+  // request: its body's share of the listener's body budget, held until the request is done
+  BodyBudget::Reservation body;
+  // refused: the body bytes the client may still send (read and dropped at the close, so that
+  // the answer is not lost to a reset); 0 for a body over the limit
+  std::uint64_t unread_body = 0;
 };
+
+// The body a refused request's client may send anyway: the declared length when within the
+// limit, the limit for a chunked body.
+std::uint64_t unread_body(const HeadFacts& facts, std::uint64_t body_limit) {
+  if (facts.chunked) {
+    return body_limit;
+  }
+  const std::uint64_t declared = facts.content_length.value_or(0);
+  return declared <= body_limit ? declared : 0;
+}
 
 // Reads one request into out. Each phase (idle wait, head, body) has one deadline, set when it
 // starts and never moved by a read, so trickling bytes does not keep a connection.
@@ -91,8 +106,28 @@ asio::awaitable<ReadResult> read_request(Conn* conn, beast::flat_buffer* buffer,
           result.reply = std::move(decision.reply);
           result.must_close = facts.has_body() || check_failed;
           result.reason = check_failed ? "exception" : result.reply->code;
+          result.unread_body = unread_body(facts, limits->body_limit);
           *out = reader.release();
           co_return result;
+        }
+        if (limits->body_budget != nullptr && facts.has_body()) {
+          // A chunked body may grow to the body limit.
+          auto reserved = limits->body_budget->try_reserve(
+              facts.content_length.value_or(limits->body_limit), limits->body_budget_limit);
+          if (!reserved) {
+            result.kind = ReadResult::Kind::refused;
+            result.reply = ErrorReply{503,
+                                      "server_busy",
+                                      "the server holds too many request bodies at once (" +
+                                          limits->body_budget_key + "); retry later",
+                                      {{"Retry-After", "1"}}};
+            result.must_close = true;
+            result.reason = result.reply->code;
+            result.unread_body = unread_body(facts, limits->body_limit);
+            *out = reader.release();
+            co_return result;
+          }
+          result.body = std::move(*reserved);
         }
         if (decision.send_continue) {
           conn->expires_after(limits->write_timeout);
@@ -195,6 +230,7 @@ asio::awaitable<void> serve_session(const SessionHooks* hooks, std::unique_ptr<C
 
   SessionLimits limits = hooks->limits();
   beast::flat_buffer buffer(limits.header_limit + limits.pipeline_cap + 2 * kReadChunk);
+  std::uint64_t linger = kLingerBytes;
   for (bool again = true; again;) {
     limits = hooks->limits();
     Request request;
@@ -219,6 +255,7 @@ asio::awaitable<void> serve_session(const SessionHooks* hooks, std::unique_ptr<C
     ResponseWriter writer(*conn, std::move(request_id), keep_alive, limits.write_timeout);
 
     if (read.kind != ReadResult::Kind::request) {
+      linger = kLingerBytes + read.unread_body;
       co_await writer.send_reply(*read.reply);
       again = writer.keep_alive() && writer.finished();
       continue;
@@ -259,7 +296,7 @@ asio::awaitable<void> serve_session(const SessionHooks* hooks, std::unique_ptr<C
   // Lingering close: half-close, then read what the client still sends until it closes too, so
   // that unread input does not turn the last response into a reset.
   co_await conn->shutdown();
-  co_await drain_and_close(conn.get());
+  co_await drain_and_close(conn.get(), linger);
 }
 
 }  // namespace fg::net

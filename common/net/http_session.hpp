@@ -20,6 +20,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
+#include "common/net/body_budget.hpp"
 #include "common/net/conn.hpp"
 #include "common/net/request_reader.hpp"
 #include "common/net/request_rules.hpp"
@@ -37,6 +38,12 @@ struct SessionLimits {
   // Bytes a client may pipeline while a request is served before the session stops reading (and
   // so stops noticing a disconnect) on that connection.
   std::size_t pipeline_cap = 64 * 1024;
+  // Optional: the listener's budget for the request bodies it holds at once, and its current
+  // limit. A body that does not fit is refused from its head (503 server_busy, Retry-After) and
+  // the connection closed; one that fits is counted until its request is finished.
+  BodyBudget* body_budget = nullptr;
+  std::uint64_t body_budget_limit = 0;
+  std::string body_budget_key = "server.max_buffered_bytes";  // named in 503 answers
 };
 
 // One complete request, as a handler gets it. The writer already carries the request id

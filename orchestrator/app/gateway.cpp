@@ -112,6 +112,7 @@ Gateway::Gateway(config::Config config, std::string config_path)
   proxy_ctx_.registry = &registry_;
   proxy_ctx_.upstream_tls = upstream_tls_.get();
   proxy_ctx_.sessions = &sessions_;
+  proxy_ctx_.body_budget = &body_budget_;
   proxy_ctx_.metrics = &metrics_;
   proxy_ctx_.api_keys =
       BearerKeys(split_keys(secret_from_env(current.server.api_keys_env, "server.api_keys_env")));

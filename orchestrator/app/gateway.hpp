@@ -51,6 +51,9 @@ class Gateway {
   proxy::SlotBroker broker_;
   fleet::Registry registry_;
   net::SessionTracker sessions_;
+  // Request bodies the public listener holds (server.max_buffered_bytes); sessions suspended in
+  // io_ hold reservations, so it is declared before io_.
+  net::BodyBudget body_budget_;
   metrics::Metrics metrics_;
   std::shared_ptr<boost::asio::ssl::context> upstream_tls_;
   std::shared_ptr<boost::asio::ssl::context> public_tls_;

@@ -24,12 +24,19 @@ using yaml::Value;
 const std::vector<std::string> kRootKeys = {
     "server", "admin", "health", "registration", "models", "routing", "upstream", "metrics", "log"};
 const std::vector<std::string> kMetricsKeys = {"per_replica", "request_stream_usage"};
-const std::vector<std::string> kServerKeys = {"listen",          "tls",
-                                              "api_keys_env",    "max_body_bytes",
-                                              "max_connections", "max_connections_per_ip",
-                                              "header_timeout",  "body_timeout",
-                                              "idle_timeout",    "write_timeout",
-                                              "drain_timeout",   "read_timeout"};
+const std::vector<std::string> kServerKeys = {"listen",
+                                              "tls",
+                                              "api_keys_env",
+                                              "max_body_bytes",
+                                              "max_buffered_bytes",
+                                              "max_connections",
+                                              "max_connections_per_ip",
+                                              "header_timeout",
+                                              "body_timeout",
+                                              "idle_timeout",
+                                              "write_timeout",
+                                              "drain_timeout",
+                                              "read_timeout"};
 const std::vector<std::string> kTlsKeys = {"cert", "key"};
 const std::vector<std::string> kAdminKeys = {"listen", "tls", "token_env", "prometheus_sd_file"};
 const std::vector<std::string> kHealthKeys = {"interval",        "timeout",       "path",
@@ -123,6 +130,14 @@ class Parser {
     }
     s.read_env_name("api_keys_env", out.api_keys_env);
     s.read_whole("max_body_bytes", out.max_body_bytes, 1);
+    s.read_whole("max_buffered_bytes", out.max_buffered_bytes, 1);
+    if (out.max_buffered_bytes / 2 < out.max_body_bytes) {
+      s.fail(s.has("max_buffered_bytes") ? "max_buffered_bytes" : "max_body_bytes",
+             "server.max_buffered_bytes (" + std::to_string(out.max_buffered_bytes) +
+                 ") must be at least twice server.max_body_bytes (" +
+                 std::to_string(out.max_body_bytes) +
+                 "): a body larger than a quarter of it may use only three quarters of it");
+    }
     s.read_whole("max_connections", out.max_connections, 1);
     s.read_whole("max_connections_per_ip", out.max_connections_per_ip);
     if (s.has("read_timeout")) {

@@ -29,6 +29,8 @@ struct ServerConfig {
   TlsFiles tls;
   std::string api_keys_env;  // name of an env var with comma-separated keys
   std::uint64_t max_body_bytes = 4 * 1024 * 1024;
+  // Request bodies held at once, in total (read, queued, being sent): bounds their memory.
+  std::uint64_t max_buffered_bytes = 1024ull * 1024 * 1024;
   // Open client connections at most; beyond it new connections are closed at once.
   std::uint32_t max_connections = 10000;
   std::uint32_t max_connections_per_ip = 1000;  // 0 = no per-address cap

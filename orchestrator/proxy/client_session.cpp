@@ -414,6 +414,9 @@ net::SessionLimits session_limits(const ProxyContext* ctx) {
   limits.timeouts = {server.idle_timeout, server.header_timeout, server.body_timeout};
   limits.write_timeout = server.write_timeout;
   limits.pipeline_cap = kPipelineCap;
+  limits.body_budget = ctx->body_budget;
+  limits.body_budget_limit = server.max_buffered_bytes;
+  limits.body_budget_key = "server.max_buffered_bytes";
   return limits;
 }
 

@@ -4,6 +4,7 @@
 
 #include <boost/asio/ssl/context.hpp>
 
+#include "common/net/body_budget.hpp"
 #include "common/net/session_tracker.hpp"
 #include "common/util/text.hpp"
 #include "orchestrator/config/config.hpp"
@@ -32,6 +33,7 @@ struct ProxyContext {
   net::SessionTracker* sessions = nullptr;
   metrics::Metrics* metrics = nullptr;
   fleet::FleetManager* fleet = nullptr;
+  net::BodyBudget* body_budget = nullptr;  // the public listener's (server.max_buffered_bytes)
 };
 
 }  // namespace fg::proxy

@@ -215,9 +215,24 @@ TEST(ConfigParse, EmptyEnvNamesMeanUnset) {
 }
 
 TEST(ConfigParse, MaxBodyBytesAcceptsLargeValues) {
-  EXPECT_EQ(
-      load(std::string(kModels) + "server: {max_body_bytes: 8589934592}").server.max_body_bytes,
-      8589934592u);
+  EXPECT_EQ(load(std::string(kModels) +
+                 "server: {max_body_bytes: 8589934592, max_buffered_bytes: 17179869184}")
+                .server.max_body_bytes,
+            8589934592u);
+}
+
+TEST(ConfigParse, MaxBufferedBytesDefaultsToOneGibAndMustHoldTwoLargestBodies) {
+  EXPECT_EQ(load(kModels).server.max_buffered_bytes, 1024ull * 1024 * 1024);
+  EXPECT_EQ(load(std::string(kModels) + "server: {max_buffered_bytes: 8388608}")
+                .server.max_buffered_bytes,
+            8388608u);
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  max_buffered_bytes: 8388607\n", 4,
+                         "server.max_buffered_bytes", "at least twice server.max_body_bytes"));
+  // Only the body limit set: the error names it.
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  max_body_bytes: 1073741824\n", 4,
+                         "server.max_body_bytes", "at least twice server.max_body_bytes"));
+  EXPECT_TRUE(fails_with(std::string(kModels) + "server:\n  max_buffered_bytes: 0\n", 4,
+                         "server.max_buffered_bytes"));
 }
 
 // ---- Durations ----

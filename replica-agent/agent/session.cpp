@@ -98,7 +98,11 @@ asio::awaitable<bool> send_reply(net::ServerRequest r, Reply reply) {
 }
 
 Reply bad_field(const char* field, const std::string& what) {
-  return error_reply(400, "'" + std::string(field) + "' must be " + what, "invalid_request", field);
+  std::string message = "'";
+  message += field;
+  message += "' must be ";
+  message += what;
+  return error_reply(400, message, "invalid_request", field);
 }
 
 bool non_empty_array(const nlohmann::json& body, const char* key) {
@@ -198,9 +202,11 @@ double per_second(std::size_t n, double ms) {
 // Forwards an admitted request to a proxied engine while watching the client; returns whether
 // the connection may carry another request.
 asio::awaitable<bool> proxy_inference(AgentContext* ctx, net::ServerRequest r,
-                                      std::optional<SlotGuard>* slot, RequestRecord* record) {
+                                      std::optional<SlotGuard>* slot, RequestRecord* record,
+                                      openai::Api api) {
   ProxyProgress progress;
   progress.slot = slot;
+  progress.api = api;
   // A client that goes away cancels the forwarding, which closes the engine connection.
   r.conn->expires_never();
   auto done =
@@ -316,7 +322,7 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::ServerRequest r, 
   record.slot = guard->slot();
   record.start = Clock::now();
   if (ctx->profile == nullptr) {
-    bool again = co_await proxy_inference(ctx, r, &guard, &record);
+    bool again = co_await proxy_inference(ctx, r, &guard, &record, api_of(endpoint));
     guard.reset();
     log_request(*ctx, record);
     co_return again;

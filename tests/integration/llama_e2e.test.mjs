@@ -356,7 +356,14 @@ suite('real llama-server behind agents and the gateway (openai client)', () => {
   test('Anthropic Messages API through the gateway: messages.create and messages.stream (llama-server /v1/messages)', async () => {
     const { default: Anthropic } = await import('@anthropic-ai/sdk');
     const anthropic = new Anthropic({ baseURL: gw.publicUrl, apiKey: 'unused', maxRetries: 0, timeout: 30000 });
+    const completionTokens = async () => (await Promise.all(agents.map(async (a) => {
+      const m = /^fleetgate_agent_tokens_total\{kind="completion"\}\s+(\S+)/m.exec((await request(`${a.base}/metrics`)).text);
+      return m ? Number(m[1]) : 0;
+    }))).reduce((x, y) => x + y, 0);
+    const tokensBefore = await completionTokens();
     const message = await anthropic.messages.create({ model: MODEL, max_tokens: 8, messages: [{ role: 'user', content: 'Is it risky?' }] });
+    // The agent reads llama-server's Anthropic usage for its own metrics.
+    assert.equal(await completionTokens(), tokensBefore + message.usage.output_tokens);
     assert.equal(message.type, 'message');
     assert.equal(message.content[0].type, 'text');
     assert.ok(message.usage.input_tokens > 0 && message.usage.output_tokens > 0, JSON.stringify(message.usage));

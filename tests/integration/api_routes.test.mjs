@@ -29,7 +29,10 @@ describe('every API through the one URL (simulated phones)', () => {
     }
     gw = await startGateway({
       server: { api_keys_env: 'FG_IT_ROUTES_KEYS' },
-      models: [{ name: MODEL, endpoints: agents.map((a) => a.base) }],
+      // 'idle' has no replica: its requests wait out the queue timeout (and streams get
+      // keep-alive comments first), so the queue's refusals can be seen in each API's shape.
+      models: [{ name: MODEL, endpoints: agents.map((a) => a.base) }, { name: 'idle', endpoints: [] }],
+      routing: { queue_timeout: '400ms', keepalive_interval: '100ms' },
     }, { env: { FG_IT_ROUTES_KEYS: KEY } });
     await eventually(async () => {
       const res = await postJson(gw.publicUrl, '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'x' }] },
@@ -144,6 +147,30 @@ describe('every API through the one URL (simulated phones)', () => {
     assert.equal(res.json.type, 'error');
     assert.equal(res.json.error.type, 'invalid_request_error');
     assert.match(res.json.error.message, /messages/);
+  });
+
+  test('queue refusals keep each API\'s shape, over HTTP and as the event that ends a begun stream', async () => {
+    // Whole: 503 after the queue timeout.
+    await assert.rejects(anthropicClient.messages.create({ model: 'idle', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }),
+      (e) => e.status === 503 && e.error?.type === 'error' && e.error.error.type === 'overloaded_error' && /queue_timeout|became free/.test(e.error.error.message));
+    await assert.rejects(openaiClient.responses.create({ model: 'idle', input: 'x' }),
+      (e) => e.status === 503 && e.code === 'queue_timeout');
+    // Streams: keep-alive comments opened a 200 stream, so the refusal is the API's error event.
+    const anthropicStream = anthropicClient.messages.stream({ model: 'idle', max_tokens: 4, messages: [{ role: 'user', content: 'x' }] });
+    await assert.rejects(anthropicStream.finalMessage(), (e) => {
+      assert.equal(e.error?.error?.type, 'overloaded_error', `Anthropic error event: ${JSON.stringify(e.error)}`);
+      return true;
+    });
+    const raw = await postJson(gw.publicUrl, '/v1/responses', { model: 'idle', input: 'x', stream: true }, { headers: { Authorization: `Bearer ${KEY}` } });
+    assert.equal(raw.status, 200);
+    assert.match(raw.text, /^: keep-alive/m);
+    assert.match(raw.text, /^event: error\ndata: \{"type":"error","sequence_number":0,"error":\{"type":"server_error","code":"queue_timeout"/m);
+    const responsesStream = await openaiClient.responses.create({ model: 'idle', input: 'x', stream: true });
+    await assert.rejects((async () => {
+      for await (const event of responsesStream) {
+        assert.fail(`no event expected, got ${event.type}`);
+      }
+    })(), (e) => /became free|queue_timeout/.test(e.message));
   });
 
   test('Vercel AI SDK default openai(model): generateText and streamText use /v1/responses', async () => {

@@ -253,6 +253,9 @@ asio::awaitable<void> serve_session(const SessionHooks* hooks, std::unique_ptr<C
     const bool keep_alive = read.kind != ReadResult::Kind::failed && !read.must_close &&
                             request.keep_alive() && !draining;
     ResponseWriter writer(*conn, std::move(request_id), keep_alive, limits.write_timeout);
+    if (hooks->error_api && read.kind != ReadResult::Kind::failed) {
+      writer.set_error_api(hooks->error_api(request));
+    }
 
     if (read.kind != ReadResult::Kind::request) {
       linger = kLingerBytes + read.unread_body;

@@ -68,6 +68,9 @@ struct SessionHooks {
   // Optional. Judges a head (the message without its body) before the body is read or
   // 100 Continue sent: a refusal (unknown route, wrong method, missing key) is answered at once.
   std::function<std::optional<ErrorReply>(const Request& head)> check_head;
+  // Optional. The API family of a request (from its head), whose error shape every error answer
+  // to it takes, the session layer's own (401, 404, 413, 500) included; openai when unset.
+  std::function<openai::Api(const Request& head)> error_api;
   // Serves one request and answers it through r.writer; returns whether the connection may
   // carry another request.
   std::function<boost::asio::awaitable<bool>(ServerRequest r)> handle;

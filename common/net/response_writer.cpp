@@ -61,16 +61,18 @@ asio::awaitable<bool> ResponseWriter::send_full(unsigned status, std::string con
 asio::awaitable<bool> ResponseWriter::send_error(unsigned status, std::string message,
                                                  std::string code, std::vector<Header> extra,
                                                  std::string param) {
-  auto type = std::string(openai::error_type_for_status(static_cast<int>(status)));
   if (!head_sent_) {
-    co_return co_await send_full(status, "application/json",
-                                 openai::error_body(message, type, code, param), std::move(extra));
+    co_return co_await send_full(
+        status, "application/json",
+        openai::api_error_body(error_api_, static_cast<int>(status), message, code, param),
+        std::move(extra));
   }
   if (!event_stream_ || finished_) {
     co_return false;
   }
   // No co_await inside && or ?: anywhere: GCC 12 miscompiles it (SIGILL at run time).
-  bool ok = co_await write(chunk(openai::sse_error(message, type, code)));
+  bool ok = co_await write(
+      chunk(openai::api_stream_error(error_api_, static_cast<int>(status), message, code)));
   if (!ok) {
     co_return false;
   }

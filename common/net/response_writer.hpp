@@ -11,6 +11,7 @@
 
 #include "common/net/conn.hpp"
 #include "common/net/request_rules.hpp"
+#include "common/openai/api.hpp"
 
 namespace fg::net {
 
@@ -44,8 +45,13 @@ class ResponseWriter {
   // A whole response with a known body.
   boost::asio::awaitable<bool> send_full(unsigned status, std::string content_type,
                                          std::string body, std::vector<Header> extra = {});
-  // An OpenAI-style error: an HTTP response when nothing was sent yet, otherwise an SSE error
-  // event that ends the stream (nothing, when the response cannot carry one).
+  // The API family whose error shape send_error writes (openai unless set): the session loop
+  // sets it from the request's route (SessionHooks::error_api) before anything is written.
+  void set_error_api(openai::Api api) { error_api_ = api; }
+  openai::Api error_api() const { return error_api_; }
+
+  // An error in the error API's shape: an HTTP response when nothing was sent yet, otherwise the
+  // family's SSE error event that ends the stream (nothing, when the response cannot carry one).
   boost::asio::awaitable<bool> send_error(unsigned status, std::string message, std::string code,
                                           std::vector<Header> extra = {}, std::string param = {});
   boost::asio::awaitable<bool> send_reply(ErrorReply reply);
@@ -77,6 +83,7 @@ class ResponseWriter {
   Conn& conn_;
   std::string request_id_;
   bool keep_alive_;
+  openai::Api error_api_ = openai::Api::openai;
   std::chrono::steady_clock::duration write_timeout_;
   boost::asio::steady_timer turn_;
   bool writing_ = false;

@@ -95,6 +95,17 @@ void read_ms(const nlohmann::json& object, const char* key, std::optional<double
   }
 }
 
+void read_timings(std::string_view json, AnswerStats& stats) {
+  const auto timings = parse_member(json, "timings");
+  if (timings.is_object()) {
+    read_count(timings, "prompt_n", stats.prompt_n);
+    read_ms(timings, "prompt_ms", stats.prompt_ms);
+    read_count(timings, "predicted_n", stats.predicted_n);
+    read_ms(timings, "predicted_ms", stats.predicted_ms);
+    read_count(timings, "cache_n", stats.cache_n);
+  }
+}
+
 // {"usage": {...}, "timings": {...}} at the top level of an OpenAI-shaped document.
 void read_openai_stats(std::string_view json, AnswerStats& stats) {
   const auto usage = parse_member(json, "usage");
@@ -106,14 +117,49 @@ void read_openai_stats(std::string_view json, AnswerStats& stats) {
       read_count(*details, "cached_tokens", stats.cached_tokens);
     }
   }
-  const auto timings = parse_member(json, "timings");
-  if (timings.is_object()) {
-    read_count(timings, "prompt_n", stats.prompt_n);
-    read_ms(timings, "prompt_ms", stats.prompt_ms);
-    read_count(timings, "predicted_n", stats.predicted_n);
-    read_ms(timings, "predicted_ms", stats.predicted_ms);
-    read_count(timings, "cache_n", stats.cache_n);
+  read_timings(json, stats);
+}
+
+// The Responses API's usage object {input_tokens, output_tokens, input_tokens_details} at the
+// top level of a response object (a whole answer, or the "response" of a stream event).
+void read_responses_stats(std::string_view response, AnswerStats& stats) {
+  const auto usage = parse_member(response, "usage");
+  if (usage.is_object()) {
+    read_count(usage, "input_tokens", stats.prompt_tokens);
+    read_count(usage, "output_tokens", stats.completion_tokens);
+    auto details = usage.find("input_tokens_details");
+    if (details != usage.end() && details->is_object()) {
+      read_count(*details, "cached_tokens", stats.cached_tokens);
+    }
   }
+  read_timings(response, stats);
+}
+
+// Anthropic's usage object at the top level of a message (a whole answer, message_start's
+// "message") or of a message_delta event. The prompt is input_tokens plus the cache's reads and
+// writes; a delta that reports only output_tokens leaves the prompt as message_start said.
+void read_anthropic_stats(std::string_view message, AnswerStats& stats) {
+  const auto usage = parse_member(message, "usage");
+  if (usage.is_object()) {
+    std::optional<std::uint64_t> input;
+    read_count(usage, "input_tokens", input);
+    if (input) {
+      std::optional<std::uint64_t> read;
+      std::optional<std::uint64_t> created;
+      read_count(usage, "cache_read_input_tokens", read);
+      read_count(usage, "cache_creation_input_tokens", created);
+      stats.prompt_tokens = *input + read.value_or(0) + created.value_or(0);
+      if (read) {
+        stats.cached_tokens = read;
+      }
+    }
+    read_count(usage, "output_tokens", stats.completion_tokens);
+  }
+  read_timings(message, stats);
+}
+
+bool mentions(std::string_view data, std::string_view quoted_name) {
+  return data.find(quoted_name) != std::string_view::npos;
 }
 
 }  // namespace
@@ -155,17 +201,40 @@ void read_stats_from_body(Api api, std::string_view body, AnswerStats& stats) {
     case Api::openai:
       read_openai_stats(body, stats);
       return;
+    case Api::responses:
+      read_responses_stats(body, stats);
+      return;
+    case Api::anthropic:
+      read_anthropic_stats(body, stats);
+      return;
   }
 }
 
 void read_stats_from_event(Api api, const SseEvent& event, AnswerStats& stats) {
+  // Only a few events carry usage or timings; the others (the text deltas, "[DONE]") are skipped
+  // by the first look for the member names. A quote inside a JSON string is escaped, so "usage"
+  // with its quotes can only be a member name.
+  const std::string_view data = event.data;
+  if (!mentions(data, "\"usage\"") && !mentions(data, "\"timings\"")) {
+    return;
+  }
   switch (api) {
     case Api::openai:
-      // Only the last chunks carry usage and timings; "[DONE]" and content chunks are skipped
-      // by the first look for the member names.
-      if (event.data.find("\"usage\"") != std::string::npos ||
-          event.data.find("\"timings\"") != std::string::npos) {
-        read_openai_stats(event.data, stats);
+      read_openai_stats(data, stats);
+      return;
+    case Api::responses:
+      // response.completed, response.incomplete, response.failed: {"response": {..., "usage"}}.
+      // The response object holds the whole answer, so it is scanned, not parsed.
+      if (auto response = top_level_member(data, "response")) {
+        read_responses_stats(*response, stats);
+      }
+      return;
+    case Api::anthropic:
+      // message_start: {"message": {..., "usage"}}; message_delta: {"usage": {...}}.
+      if (auto message = top_level_member(data, "message")) {
+        read_anthropic_stats(*message, stats);
+      } else {
+        read_anthropic_stats(data, stats);
       }
       return;
   }

@@ -10,23 +10,21 @@
 #include <string>
 #include <string_view>
 
+#include "common/openai/api.hpp"
 #include "common/openai/sse.hpp"
 
 namespace fg::openai {
 
-// The APIs whose answers the gateway reads, each reporting usage its own way. Another API (the
-// Responses API: usage in the "response.completed" event; Anthropic Messages: in
-// "message_start" and "message_delta") is one more case in the two readers below.
-enum class Api {
-  // Chat completions, completions, embeddings: "usage" (and llama.cpp's "timings") at the top
-  // level of the answer, or of the usage chunk of a stream.
-  openai,
-};
-
+// Token counts in OpenAI's terms whatever the API: prompt_tokens is the whole prompt, its cached
+// part included. Read from usage.prompt_tokens / completion_tokens /
+// prompt_tokens_details.cached_tokens (openai); usage.input_tokens / output_tokens /
+// input_tokens_details.cached_tokens of the response object (responses); usage.input_tokens +
+// cache_read_input_tokens + cache_creation_input_tokens / output_tokens / cache_read_input_tokens
+// (anthropic, whose input_tokens leaves out the cached part).
 struct AnswerStats {
   std::optional<std::uint64_t> prompt_tokens;
   std::optional<std::uint64_t> completion_tokens;
-  std::optional<std::uint64_t> cached_tokens;  // usage.prompt_tokens_details.cached_tokens
+  std::optional<std::uint64_t> cached_tokens;
   // llama.cpp's "timings": prompt tokens read and the milliseconds it took, tokens generated and
   // theirs, and prompt tokens taken from its cache.
   std::optional<std::uint64_t> prompt_n;

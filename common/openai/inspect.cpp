@@ -45,9 +45,58 @@ bool is_json_content_type(std::string_view content_type) {
   return iequals(trim(content_type.substr(0, semicolon)), kJsonMediaType);
 }
 
+bool present(const nlohmann::json& doc, const char* key) {
+  auto it = doc.find(key);
+  return it != doc.end() && !it->is_null();
+}
+
+bool is_true(const nlohmann::json& doc, const char* key) {
+  auto it = doc.find(key);
+  return it != doc.end() && it->is_boolean() && it->get<bool>();
+}
+
+InspectError stateful(std::string param, std::string what) {
+  return bad_request("unsupported_stateful_request", std::move(param),
+                     what +
+                         " needs a response kept on the server, and no replica of this gateway "
+                         "keeps one (any phone may serve the next request); send the whole "
+                         "conversation in 'input' instead (and leave 'store' out or false)");
+}
+
+// The Responses API's requests that only work against a server that keeps responses.
+std::optional<InspectError> stateful_refusal(const nlohmann::json& doc) {
+  if (present(doc, "previous_response_id")) {
+    return stateful("previous_response_id", "'previous_response_id'");
+  }
+  if (present(doc, "conversation")) {
+    return stateful("conversation", "'conversation'");
+  }
+  if (is_true(doc, "store")) {
+    return stateful("store", "'store': true");
+  }
+  if (is_true(doc, "background")) {
+    return stateful("background", "'background': true");
+  }
+  auto input = doc.find("input");
+  if (input != doc.end() && input->is_array()) {
+    for (const auto& item : *input) {
+      auto type = item.is_object() ? item.find("type") : item.end();
+      if (item.is_object() && type != item.end() && *type == "item_reference") {
+        return stateful("input", "an input item of type 'item_reference'");
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::variant<RequestInfo, InspectError> inspect_request(std::string_view content_type,
+                                                        std::string_view body) {
+  return inspect_request(Api::openai, content_type, body);
+}
+
+std::variant<RequestInfo, InspectError> inspect_request(Api api, std::string_view content_type,
                                                         std::string_view body) {
   if (!is_json_content_type(content_type)) {
     return InspectError{415, "unsupported_media_type", "", "Content-Type must be application/json"};
@@ -109,6 +158,11 @@ std::variant<RequestInfo, InspectError> inspect_request(std::string_view content
                            "'stream_options.include_usage' must be a boolean");
       }
       info.include_usage = usage->get<bool>();
+    }
+  }
+  if (api == Api::responses) {
+    if (auto refusal = stateful_refusal(doc)) {
+      return *std::move(refusal);
     }
   }
   return info;

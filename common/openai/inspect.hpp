@@ -5,6 +5,8 @@
 #include <string_view>
 #include <variant>
 
+#include "common/openai/api.hpp"
+
 namespace fg::openai {
 
 // What the gateway needs from a client's request body; the body itself is forwarded unchanged.
@@ -27,6 +29,14 @@ struct InspectError {
 // The body must be a JSON object with a non-empty string "model"; "stream", when present, must be
 // a boolean; "stream_options", when present, an object.
 std::variant<RequestInfo, InspectError> inspect_request(std::string_view content_type,
+                                                        std::string_view body);
+
+// The same, plus the family's own rules. responses: what needs state kept between requests is
+// refused with 400 (code "unsupported_stateful_request"), since any replica of a fleet may serve
+// the next request and none keeps responses: "previous_response_id" or "conversation" (not
+// null), "store": true, "background": true, and an "input" item of type "item_reference". A
+// request without "store" is served and stored nowhere.
+std::variant<RequestInfo, InspectError> inspect_request(Api api, std::string_view content_type,
                                                         std::string_view body);
 
 }  // namespace fg::openai

@@ -1,5 +1,7 @@
 #include "common/openai/sse.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include "common/openai/errors.hpp"
 
 namespace fg::openai {
@@ -110,6 +112,36 @@ std::string sse_comment(std::string_view text) {
 
 std::string sse_error(std::string_view message, std::string_view type, std::string_view code) {
   return sse_data(error_body(message, type, code)) + sse_data("[DONE]");
+}
+
+std::string sse_event(std::string_view type, std::string_view payload) {
+  // Types are the APIs' own names (never client text), so they hold no line break.
+  std::string out = "event: ";
+  out += type;
+  out += '\n';
+  out += sse_data(payload);
+  return out;
+}
+
+std::string api_stream_error(Api api, int status, std::string_view message, std::string_view code) {
+  switch (api) {
+    case Api::openai:
+      break;
+    case Api::responses: {
+      nlohmann::ordered_json error = {
+          {"type", error_type_for_status(status)},
+          {"code", code.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(code)},
+          {"message", message},
+          {"param", nullptr}};
+      nlohmann::ordered_json event = {
+          {"type", "error"}, {"sequence_number", 0}, {"error", std::move(error)}};
+      return sse_event(
+          "error", event.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+    }
+    case Api::anthropic:
+      return sse_event("error", api_error_body(api, status, message));
+  }
+  return sse_error(message, error_type_for_status(status), code);
 }
 
 }  // namespace fg::openai

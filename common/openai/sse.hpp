@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/openai/api.hpp"
+
 namespace fg::openai {
 
 // One Server-Sent Event. Comment lines (": keep-alive") are not events.
@@ -40,6 +42,15 @@ std::string sse_comment(std::string_view text);  // ": <text>\n\n"
 // An OpenAI-style error inside a stream: "data: {\"error\":{...}}\n\n" followed by
 // "data: [DONE]\n\n" so that SDKs stop reading.
 std::string sse_error(std::string_view message, std::string_view type, std::string_view code);
+// A typed event, as the Responses and Anthropic APIs send them: "event: <type>\ndata:
+// <payload>\n\n".
+std::string sse_event(std::string_view type, std::string_view payload);
+// The error event that ends a stream of the family: openai as sse_error; responses an "error"
+// event {"type":"error","sequence_number":0,"error":{"type","code","message","param"}} (the
+// nested form both the openai client and the AI SDK read; the gateway does not count the
+// replica's sequence numbers); anthropic an "error" event {"type":"error","error":{...}} (its
+// SDK skips events without an event name).
+std::string api_stream_error(Api api, int status, std::string_view message, std::string_view code);
 
 }  // namespace fg::openai
 

@@ -25,7 +25,7 @@ Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       requests_(prometheus::BuildCounter()
                     .Name("fleetgate_requests_total")
-                    .Help("Client requests answered, by model, endpoint and HTTP status code.")
+                    .Help("Client requests answered, by model, endpoint, api and HTTP status code.")
                     .Register(*registry_)),
       duration_(prometheus::BuildHistogram()
                     .Name("fleetgate_request_duration_seconds")
@@ -51,10 +51,11 @@ Metrics::Metrics()
                             .Name("fleetgate_queue_rejections_total")
                             .Help("Requests that left the queue without a replica, by reason.")
                             .Register(*registry_)),
-      tokens_(prometheus::BuildCounter()
-                  .Name("fleetgate_tokens_total")
-                  .Help("Tokens reported by replicas in usage, by kind (prompt, completion).")
-                  .Register(*registry_)),
+      tokens_(
+          prometheus::BuildCounter()
+              .Name("fleetgate_tokens_total")
+              .Help("Tokens reported by replicas in usage, by api and kind (prompt, completion).")
+              .Register(*registry_)),
       queue_depth_(prometheus::BuildGauge()
                        .Name("fleetgate_queue_depth")
                        .Help("Requests waiting for a free replica slot.")
@@ -167,22 +168,23 @@ Metrics::ModelSeries& Metrics::model_series(const std::string& model) {
   m.duration = &duration_.Add({{"model", model}}, latency_buckets());
   m.queue_wait = &queue_wait_.Add({{"model", model}}, latency_buckets());
   m.ttfb = &ttfb_.Add({{"model", model}}, latency_buckets());
-  m.prompt_tokens = &tokens_.Add({{"model", model}, {"kind", "prompt"}});
-  m.completion_tokens = &tokens_.Add({{"model", model}, {"kind", "completion"}});
   return per_model_.emplace(model, m).first->second;
 }
 
-void Metrics::request_done(const std::string& model, const std::string& endpoint, unsigned code,
-                           double duration_s, double queue_wait_s, double ttfb_s) {
+void Metrics::request_done(const std::string& model, const std::string& endpoint,
+                           const std::string& api, unsigned code, double duration_s,
+                           double queue_wait_s, double ttfb_s) {
   std::string key = model;
   key += '\n';
   key += endpoint;
   key += '\n';
+  key += api;
+  key += '\n';
   key += std::to_string(code);
   auto it = requests_by_key_.find(key);
   if (it == requests_by_key_.end()) {
-    auto* counter =
-        &requests_.Add({{"model", model}, {"endpoint", endpoint}, {"code", std::to_string(code)}});
+    auto* counter = &requests_.Add(
+        {{"model", model}, {"endpoint", endpoint}, {"api", api}, {"code", std::to_string(code)}});
     it = requests_by_key_.emplace(std::move(key), counter).first;
   }
   it->second->Increment();
@@ -209,15 +211,19 @@ void Metrics::queue_rejection(const std::string& model, const std::string& reaso
   queue_rejections_.Add({{"model", model}, {"reason", reason}}).Increment();
 }
 
-void Metrics::tokens(const std::string& model, const std::string& kind, double count) {
-  auto& series = model_series(model);
-  if (kind == "prompt") {
-    series.prompt_tokens->Increment(count);
-  } else if (kind == "completion") {
-    series.completion_tokens->Increment(count);
-  } else {
-    tokens_.Add({{"model", model}, {"kind", kind}}).Increment(count);
+void Metrics::tokens(const std::string& model, const std::string& api, const std::string& kind,
+                     double count) {
+  std::string key = model;
+  key += '\n';
+  key += api;
+  key += '\n';
+  key += kind;
+  auto it = tokens_by_key_.find(key);
+  if (it == tokens_by_key_.end()) {
+    auto* counter = &tokens_.Add({{"model", model}, {"api", api}, {"kind", kind}});
+    it = tokens_by_key_.emplace(std::move(key), counter).first;
   }
+  it->second->Increment(count);
 }
 
 void Metrics::set_queue_depth(const std::string& model, double depth) {
@@ -296,8 +302,10 @@ void Metrics::declare_model(const std::string& model) {
                            "model_not_found", "too_large", "deadline"}) {
     upstream_errors_.Add({{"model", model}, {"kind", kind}});
   }
-  for (const char* kind : {"prompt", "completion"}) {
-    tokens_.Add({{"model", model}, {"kind", kind}});
+  for (std::string_view api : kTokenApis) {
+    for (const char* kind : {"prompt", "completion"}) {
+      tokens_.Add({{"model", model}, {"api", std::string(api)}, {"kind", kind}});
+    }
   }
   for (const char* to : {"joining", "healthy", "unhealthy", "draining", "gone"}) {
     state_changes_.Add({{"model", model}, {"to", to}});

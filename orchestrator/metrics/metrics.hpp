@@ -1,10 +1,12 @@
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include <prometheus/counter.h>
@@ -21,13 +23,23 @@ class Metrics {
  public:
   Metrics();
 
-  // Called for each finished request. model is "" when the request named no configured model.
-  void request_done(const std::string& model, const std::string& endpoint, unsigned code,
-                    double duration_s, double queue_wait_s, double ttfb_s /* <0: none */);
+  // The "api" label values whose answers report token usage, each declared at zero for every
+  // model (the route table, orchestrator/proxy/public_routes.cpp, names the API of each route;
+  // its counting routes, input_tokens and count_tokens, report none).
+  static constexpr std::array<std::string_view, 6> kTokenApis = {
+      "chat", "completions", "embeddings", "responses", "messages", "rerank"};
+
+  // Called for each finished request. model is "" when the request named no configured model;
+  // api is the route's api label ("chat", "responses", "messages", ...).
+  void request_done(const std::string& model, const std::string& endpoint, const std::string& api,
+                    unsigned code, double duration_s, double queue_wait_s,
+                    double ttfb_s /* <0: none */);
   void retry(const std::string& model);
   void upstream_error(const std::string& model, const std::string& kind);
   void queue_rejection(const std::string& model, const std::string& reason);
-  void tokens(const std::string& model, const std::string& kind, double count);
+  // Tokens a replica reported for one request of the api: kind "prompt" or "completion".
+  void tokens(const std::string& model, const std::string& api, const std::string& kind,
+              double count);
 
   // Gauges that mirror state owned elsewhere are refreshed just before a scrape.
   void set_queue_depth(const std::string& model, double depth);
@@ -70,8 +82,6 @@ class Metrics {
     prometheus::Histogram* duration = nullptr;
     prometheus::Histogram* queue_wait = nullptr;
     prometheus::Histogram* ttfb = nullptr;
-    prometheus::Counter* prompt_tokens = nullptr;
-    prometheus::Counter* completion_tokens = nullptr;
   };
   ModelSeries& model_series(const std::string& model);
 
@@ -108,6 +118,7 @@ class Metrics {
   std::map<std::string, std::set<std::string>> replica_outcomes_;
   std::unordered_map<std::string, ModelSeries> per_model_;
   std::unordered_map<std::string, prometheus::Counter*> requests_by_key_;
+  std::unordered_map<std::string, prometheus::Counter*> tokens_by_key_;
 };
 
 }  // namespace fg::metrics

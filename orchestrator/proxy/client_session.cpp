@@ -77,6 +77,7 @@ asio::awaitable<void> keepalive_loop(ClientWriter* writer, Clock::duration inter
 struct RequestRecord {
   std::string model;
   std::string endpoint;
+  std::string api;  // the route's api label (ProxiedRoute::api_label)
   std::string replica;
   unsigned attempts = 0;
   Clock::duration queue_wait{};
@@ -329,16 +330,19 @@ asio::awaitable<std::optional<Ending>> run_attempts(ProxyContext* ctx, const con
 // Serves a proxied request: relays a replica's answer, or answers the client itself, exactly once.
 asio::awaitable<void> proxy_flow(ProxyContext* ctx, const config::Config* config,
                                  const net::Request* request, const openai::RequestInfo* info,
-                                 ClientWriter* writer, RequestRecord* record) {
+                                 const ProxiedRoute* route, ClientWriter* writer,
+                                 RequestRecord* record) {
   UpstreamRequest up;
   up.client = request;
   up.info = info;
+  up.api = route->api;
   // routing.request_timeout counts from here: the request has been read and checked.
   up.deadline = Clock::now() + config->routing.request_timeout;
   // Streams whose client did not ask for usage: ask the replica anyway (token counts for logs
   // and metrics) and strip it again on the way back.
   std::string usage_body;
-  if (info->stream && !info->include_usage && config->metrics.request_stream_usage) {
+  if (info->stream && !info->include_usage && route->adds_stream_usage &&
+      config->metrics.request_stream_usage) {
     if (auto body = openai::with_stream_usage(request->body())) {
       usage_body = std::move(*body);
       up.strip_usage = true;
@@ -362,17 +366,18 @@ void log_request(ProxyContext* ctx, const ClientWriter& writer, const RequestRec
   }
   const auto now = Clock::now();
   ctx->metrics->request_done(
-      record.model, record.endpoint, writer.status(),
+      record.model, record.endpoint, record.api, writer.status(),
       std::chrono::duration<double>(now - start).count(),
       std::chrono::duration<double>(record.queue_wait).count(),
       writer.first_content_at()
           ? std::chrono::duration<double>(*writer.first_content_at() - start).count()
           : -1.0);
   if (record.prompt_tokens) {
-    ctx->metrics->tokens(record.model, "prompt", static_cast<double>(*record.prompt_tokens));
+    ctx->metrics->tokens(record.model, record.api, "prompt",
+                         static_cast<double>(*record.prompt_tokens));
   }
   if (record.completion_tokens) {
-    ctx->metrics->tokens(record.model, "completion",
+    ctx->metrics->tokens(record.model, record.api, "completion",
                          static_cast<double>(*record.completion_tokens));
   }
   if (!log::enabled(log::Level::info)) {
@@ -383,6 +388,7 @@ void log_request(ProxyContext* ctx, const ClientWriter& writer, const RequestRec
       {{"request_id", writer.request_id()},
        {"model", record.model},
        {"endpoint", record.endpoint},
+       {"api", record.api},
        {"replica", record.replica},
        {"status", writer.status()},
        {"outcome", record.outcome},
@@ -396,13 +402,21 @@ void log_request(ProxyContext* ctx, const ClientWriter& writer, const RequestRec
                                                       : nlohmann::json(nullptr)}});
 }
 
+// The gateway's own keys, as OpenAI clients send them (Authorization: Bearer) or Anthropic's
+// (x-api-key).
+bool authorized(const ProxyContext* ctx, const net::Request& head) {
+  if (ctx->api_keys.empty() || ctx->api_keys.matches(head[http::field::authorization])) {
+    return true;
+  }
+  const auto key = head["x-api-key"];
+  return !key.empty() && ctx->api_keys.matches("Bearer " + std::string(key));
+}
+
 // The public routes, judged from the head before any body byte is read.
 std::optional<net::ErrorReply> check_head(const ProxyContext* ctx, const net::Request& head) {
-  const bool authorized =
-      ctx->api_keys.empty() || ctx->api_keys.matches(head[http::field::authorization]);
   const std::string_view method(head.method_string().data(), head.method_string().size());
   const std::string_view target(head.target().data(), head.target().size());
-  return route_public(method, target_path(target), authorized).refusal;
+  return route_public(method, target_path(target), authorized(ctx, head)).refusal;
 }
 
 net::SessionLimits session_limits(const ProxyContext* ctx) {
@@ -465,7 +479,10 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
     co_return finish();
   }
 
-  auto inspected = openai::inspect_request((*request)[http::field::content_type], request->body());
+  const ProxiedRoute* route = &proxied(*decision.route);
+  record.api = std::string(route->api_label);
+  auto inspected =
+      openai::inspect_request(route->api, (*request)[http::field::content_type], request->body());
   if (auto* error = std::get_if<openai::InspectError>(&inspected)) {
     record.outcome = "bad_request";
     co_await writer.send_error(static_cast<unsigned>(error->status), error->message, error->code,
@@ -474,6 +491,11 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
     co_return finish();
   }
   auto info = std::get<openai::RequestInfo>(inspected);
+  if (!route->streams) {
+    // Answered whole whatever the body says (a token count, a ranking, embeddings).
+    info.stream = false;
+    info.include_usage = false;
+  }
   record.model = info.model;
   if (!ctx->broker->scheduler().has_model(info.model)) {
     // Not a label value: clients choose this string, metrics must stay bounded.
@@ -492,12 +514,12 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
   bool client_gone = false;
   if (info.stream && interval.count() > 0) {
     auto done = co_await (net::watch_client(r) ||
-                          proxy_flow(ctx, config.get(), request, &info, &writer, &record) ||
+                          proxy_flow(ctx, config.get(), request, &info, route, &writer, &record) ||
                           keepalive_loop(&writer, interval));
     client_gone = done.index() == 0;
   } else {
     auto done = co_await (net::watch_client(r) ||
-                          proxy_flow(ctx, config.get(), request, &info, &writer, &record));
+                          proxy_flow(ctx, config.get(), request, &info, route, &writer, &record));
     client_gone = done.index() == 0;
   }
   if (client_gone) {
@@ -514,6 +536,10 @@ net::SessionHooks public_session_hooks(ProxyContext* ctx) {
   hooks.listener = "public";
   hooks.limits = [ctx] { return session_limits(ctx); };
   hooks.check_head = [ctx](const net::Request& head) { return check_head(ctx, head); };
+  hooks.error_api = [](const net::Request& head) {
+    return error_api_for_path(
+        target_path(std::string_view(head.target().data(), head.target().size())));
+  };
   hooks.handle = [ctx](net::ServerRequest r) { return handle_request(ctx, r); };
   hooks.count = [ctx](std::string_view reason) {
     ctx->metrics->session_event("public", std::string(reason));

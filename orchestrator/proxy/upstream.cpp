@@ -7,6 +7,7 @@
 #include <boost/beast/http/error.hpp>
 
 #include "common/log/log.hpp"
+#include "common/openai/errors.hpp"
 #include "common/openai/sse.hpp"
 
 namespace fg::proxy {
@@ -294,6 +295,13 @@ asio::awaitable<ExchangeResult> relay_whole(ProxyContext* ctx, const config::Con
     ok = co_await writer->send_error(status, std::move(message), "upstream_error");
   } else {
     std::string content_type = parser->content_type();
+    if (status >= 400) {
+      // The engines answer every route with OpenAI errors; the client gets its API's shape.
+      if (auto reshaped = openai::reshaped_error(request->api, static_cast<int>(status), body)) {
+        body = std::move(*reshaped);
+        content_type = "application/json";
+      }
+    }
     ok = co_await writer->send_full(status, std::move(content_type), std::move(body));
   }
   result.kind = ok ? ExchangeResult::Kind::done : ExchangeResult::Kind::client_gone;

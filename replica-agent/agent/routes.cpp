@@ -49,9 +49,34 @@ AgentRouteDecision route_agent(std::string_view method, std::string_view path, b
   if (path == "/v1/completions") {
     return only("POST", method, path, AgentRoute::completions);
   }
+  if (path == "/v1/responses") {
+    return only("POST", method, path, AgentRoute::responses);
+  }
+  if (path == "/v1/responses/input_tokens") {
+    return only("POST", method, path, AgentRoute::responses_input_tokens);
+  }
+  if (path == "/v1/messages") {
+    return only("POST", method, path, AgentRoute::messages);
+  }
+  if (path == "/v1/messages/count_tokens") {
+    return only("POST", method, path, AgentRoute::messages_count_tokens);
+  }
+  if (path == "/v1/rerank") {
+    return only("POST", method, path, AgentRoute::rerank);
+  }
   AgentRouteDecision decision;
   decision.refusal = net::ErrorReply{404, "not_found", "no route for " + std::string(path), {}};
   return decision;
+}
+
+openai::Api agent_error_api(std::string_view path) {
+  if (path == "/v1/messages" || path.substr(0, 13) == "/v1/messages/") {
+    return openai::Api::anthropic;
+  }
+  if (path == "/v1/responses" || path.substr(0, 14) == "/v1/responses/") {
+    return openai::Api::responses;
+  }
+  return openai::Api::openai;
 }
 
 }  // namespace fg::agent

@@ -7,10 +7,23 @@
 #include <string_view>
 
 #include "common/net/request_rules.hpp"
+#include "common/openai/api.hpp"
 
 namespace fg::agent {
 
-enum class AgentRoute { health, metrics, models, model, chat_completions, completions };
+enum class AgentRoute {
+  health,
+  metrics,
+  models,
+  model,
+  chat_completions,
+  completions,
+  responses,
+  responses_input_tokens,
+  messages,
+  messages_count_tokens,
+  rerank,
+};
 
 struct AgentRouteDecision {
   std::optional<AgentRoute> route;         // set when the request may go on
@@ -18,8 +31,13 @@ struct AgentRouteDecision {
 };
 
 // /v1/... without a valid key gets 401 first; then /health and /metrics (GET), /v1/models and
-// /v1/models/{id} (GET), /v1/chat/completions and /v1/completions (POST); a wrong method 405,
-// anything else 404. authorized: the key is valid, or the agent has none.
+// /v1/models/{id} (GET), /v1/chat/completions, /v1/completions, /v1/responses,
+// /v1/responses/input_tokens, /v1/messages, /v1/messages/count_tokens and /v1/rerank (POST); a
+// wrong method 405, anything else 404. authorized: the key is valid, or the agent has none.
 AgentRouteDecision route_agent(std::string_view method, std::string_view path, bool authorized);
+
+// The error shape of every answer to a path, as the gateway's: anthropic for /v1/messages and
+// below, responses for /v1/responses and below, openai otherwise.
+openai::Api agent_error_api(std::string_view path);
 
 }  // namespace fg::agent

@@ -1,5 +1,6 @@
 #include "replica-agent/agent/session.hpp"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <ctime>
@@ -96,21 +97,90 @@ asio::awaitable<bool> send_reply(net::ServerRequest r, Reply reply) {
   co_return r.writer->keep_alive() && r.writer->finished();
 }
 
+Reply bad_field(const char* field, const std::string& what) {
+  std::string message = "'";
+  message += field;
+  message += "' must be ";
+  message += what;
+  return error_reply(400, message, "invalid_request", field);
+}
+
+bool non_empty_array(const nlohmann::json& body, const char* key) {
+  auto it = body.find(key);
+  return it != body.end() && it->is_array() && !it->empty();
+}
+
+bool string_or_array(const nlohmann::json& body, const char* key) {
+  auto it = body.find(key);
+  return it != body.end() && (it->is_string() || it->is_array());
+}
+
 // The endpoint-specific field the simulator reads the prompt from must have the right type.
 std::optional<Reply> check_prompt_field(Endpoint endpoint, const nlohmann::json& body) {
-  if (endpoint == Endpoint::chat) {
-    auto messages = body.find("messages");
-    if (messages == body.end() || !messages->is_array() || messages->empty()) {
-      return error_reply(400, "'messages' must be a non-empty array", "invalid_request",
-                         "messages");
+  switch (endpoint) {
+    case Endpoint::chat:
+    case Endpoint::messages:
+    case Endpoint::count_tokens:
+      if (!non_empty_array(body, "messages")) {
+        return bad_field("messages", "a non-empty array");
+      }
+      return std::nullopt;
+    case Endpoint::completions:
+      if (!string_or_array(body, "prompt")) {
+        return bad_field("prompt", "a string or an array");
+      }
+      return std::nullopt;
+    case Endpoint::responses:
+    case Endpoint::input_tokens:
+      if (!string_or_array(body, "input")) {
+        return bad_field("input", "a string or an array");
+      }
+      return std::nullopt;
+    case Endpoint::rerank: {
+      auto query = body.find("query");
+      if (query == body.end() || !query->is_string()) {
+        return bad_field("query", "a string");
+      }
+      auto documents = body.find("documents");
+      if (documents == body.end() || !documents->is_array() ||
+          !std::all_of(documents->begin(), documents->end(),
+                       [](const nlohmann::json& d) { return d.is_string(); })) {
+        return bad_field("documents", "an array of strings");
+      }
+      return std::nullopt;
     }
-    return std::nullopt;
-  }
-  auto prompt = body.find("prompt");
-  if (prompt == body.end() || !(prompt->is_string() || prompt->is_array())) {
-    return error_reply(400, "'prompt' must be a string or an array", "invalid_request", "prompt");
   }
   return std::nullopt;
+}
+
+// The API family of an endpoint: its error shape.
+openai::Api api_of(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::responses:
+    case Endpoint::input_tokens:
+      return openai::Api::responses;
+    case Endpoint::messages:
+    case Endpoint::count_tokens:
+      return openai::Api::anthropic;
+    default:
+      return openai::Api::openai;
+  }
+}
+
+// An error reply in the endpoint's API shape.
+Reply shaped(Reply reply, Endpoint endpoint) {
+  if (reply.status >= 400) {
+    if (auto body =
+            openai::reshaped_error(api_of(endpoint), static_cast<int>(reply.status), reply.body)) {
+      reply.body = std::move(*body);
+    }
+  }
+  return reply;
+}
+
+bool answers_whole(Endpoint endpoint) {
+  return endpoint == Endpoint::input_tokens || endpoint == Endpoint::count_tokens ||
+         endpoint == Endpoint::rerank;
 }
 
 // What one inference request did, for its log line.
@@ -132,9 +202,11 @@ double per_second(std::size_t n, double ms) {
 // Forwards an admitted request to a proxied engine while watching the client; returns whether
 // the connection may carry another request.
 asio::awaitable<bool> proxy_inference(AgentContext* ctx, net::ServerRequest r,
-                                      std::optional<SlotGuard>* slot, RequestRecord* record) {
+                                      std::optional<SlotGuard>* slot, RequestRecord* record,
+                                      openai::Api api) {
   ProxyProgress progress;
   progress.slot = slot;
+  progress.api = api;
   // A client that goes away cancels the forwarding, which closes the engine connection.
   r.conn->expires_never();
   auto done =
@@ -177,7 +249,7 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::ServerRequest r, 
   const net::Request* request = r.request;
   RequestRecord record;
   record.request_id = r.writer->request_id();
-  record.endpoint = endpoint == Endpoint::chat ? "chat" : "completions";
+  record.endpoint = std::string(endpoint_name(endpoint));
   auto refuse = [&](Reply reply) {
     record.status = reply.status;
     record.outcome = reply.outcome;
@@ -216,12 +288,26 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::ServerRequest r, 
     }
   }
   if (refusal) {
-    bool again = co_await send_reply(r, std::move(*refusal));
+    bool again = co_await send_reply(r, shaped(std::move(*refusal), endpoint));
     log_request(*ctx, record);
     co_return again;
   }
 
   const std::string prompt = sim::extract_prompt_text(body);
+  if (answers_whole(endpoint)) {
+    info->stream = false;
+  }
+  if ((endpoint == Endpoint::input_tokens || endpoint == Endpoint::count_tokens) &&
+      ctx->profile != nullptr) {
+    // Counting tokens reads no prompt into a slot: answered at once, as llama.cpp tokenizes.
+    Reply count;
+    count.body = token_count_body(endpoint, sim::prompt_tokens_for_chars(prompt.size()));
+    record.status = 200;
+    record.outcome = "ok";
+    bool again = co_await send_reply(r, std::move(count));
+    log_request(*ctx, record);
+    co_return again;
+  }
   auto guard = ctx->admission.try_acquire(prompt);
   if (!guard) {
     Reply busy = refuse(error_reply(503,
@@ -229,27 +315,30 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::ServerRequest r, 
                                         " slots of this replica are busy; retry later",
                                     "slots_busy"));
     busy.headers.emplace_back("Retry-After", "1");
-    bool again = co_await send_reply(r, std::move(busy));
+    bool again = co_await send_reply(r, shaped(std::move(busy), endpoint));
     log_request(*ctx, record);
     co_return again;
   }
   record.slot = guard->slot();
   record.start = Clock::now();
   if (ctx->profile == nullptr) {
-    bool again = co_await proxy_inference(ctx, r, &guard, &record);
+    bool again = co_await proxy_inference(ctx, r, &guard, &record, api_of(endpoint));
     guard.reset();
     log_request(*ctx, record);
     co_return again;
   }
   const std::size_t cached = ctx->admission.cached_tokens(*guard, prompt);
-  record.plan = sim::plan_request(*ctx->profile, ctx->sim, prompt, cached,
-                                  sim::requested_max_tokens(body), ctx->sim_rng);
+  // A rerank reads its documents and generates nothing.
+  const auto max_tokens = endpoint == Endpoint::rerank ? std::optional<std::size_t>(0)
+                                                       : sim::requested_max_tokens(body);
+  record.plan =
+      sim::plan_request(*ctx->profile, ctx->sim, prompt, cached, max_tokens, ctx->sim_rng);
   const sim::SimPlan& plan = *record.plan;
   if (plan.fail) {
     guard.reset();
     Reply failed =
         refuse(error_reply(500, "simulated failure (--fail-rate); retry", "simulated_failure"));
-    bool again = co_await send_reply(r, std::move(failed));
+    bool again = co_await send_reply(r, shaped(std::move(failed), endpoint));
     log_request(*ctx, record);
     co_return again;
   }
@@ -269,6 +358,17 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::ServerRequest r, 
   input.usage = Usage{plan.prompt_tokens, plan.cached_tokens, plan.completion_tokens};
   input.stream = info->stream;
   input.start = record.start;
+  std::string rerank;
+  if (endpoint == Endpoint::rerank) {
+    std::vector<std::string> documents = body["documents"].get<std::vector<std::string>>();
+    std::size_t top_n = documents.size();
+    if (auto n = body.find("top_n"); n != body.end() && n->is_number_unsigned()) {
+      top_n = n->get<std::size_t>();
+    }
+    rerank = rerank_body(meta, rerank_scores(body["query"].get<std::string>(), documents, top_n),
+                         input.usage);
+    input.whole_body = &rerank;
+  }
   AnswerProgress progress;
 
   // The client may vanish at any time, during prefill included: watch_client notices, and
@@ -339,6 +439,16 @@ asio::awaitable<bool> handle_request(AgentContext* ctx, net::ServerRequest r) {
         co_return co_await handle_inference(ctx, r, Endpoint::chat);
       case AgentRoute::completions:
         co_return co_await handle_inference(ctx, r, Endpoint::completions);
+      case AgentRoute::responses:
+        co_return co_await handle_inference(ctx, r, Endpoint::responses);
+      case AgentRoute::responses_input_tokens:
+        co_return co_await handle_inference(ctx, r, Endpoint::input_tokens);
+      case AgentRoute::messages:
+        co_return co_await handle_inference(ctx, r, Endpoint::messages);
+      case AgentRoute::messages_count_tokens:
+        co_return co_await handle_inference(ctx, r, Endpoint::count_tokens);
+      case AgentRoute::rerank:
+        co_return co_await handle_inference(ctx, r, Endpoint::rerank);
     }
   }
   co_return co_await send_reply(r, std::move(reply));
@@ -360,6 +470,10 @@ net::SessionHooks agent_session_hooks(AgentContext* ctx) {
     return limits;
   };
   hooks.check_head = [ctx](const net::Request& head) { return check_head(ctx, head); };
+  hooks.error_api = [](const net::Request& head) {
+    const std::string_view target(head.target().data(), head.target().size());
+    return agent_error_api(target.substr(0, target.find('?')));
+  };
   hooks.handle = [ctx](net::ServerRequest r) { return handle_request(ctx, r); };
   hooks.id_rng = &ctx->id_rng;
   // A drain closes idle connections; one opened during a drain still reads its request so that

@@ -5,8 +5,6 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "common/openai/sse.hpp"
-
 namespace fg::agent {
 
 namespace asio = boost::asio;
@@ -44,7 +42,6 @@ asio::awaitable<void> run_sim_answer(AgentContext* ctx, net::ResponseWriter* wri
                                      AnswerInput input, AnswerProgress* progress) {
   const sim::SimPlan& plan = *input.plan;
   const ResponseMeta& meta = *input.meta;
-  const bool chat = meta.endpoint == Endpoint::chat;
 
   if (input.stream) {
     // The head goes out at once; the first event waits for the first token, so a gateway's
@@ -87,10 +84,10 @@ asio::awaitable<void> run_sim_answer(AgentContext* ctx, net::ResponseWriter* wri
     std::string token = sim::sim_token(plan.text_seed, i);
     if (input.stream) {
       std::string bytes;
-      if (i == 0 && chat) {
-        bytes = openai::sse_data(role_chunk(meta));
+      if (i == 0) {
+        bytes = stream_opening(meta, input.usage);
       }
-      bytes += openai::sse_data(token_chunk(meta, token));
+      bytes += stream_token(meta, i, token);
       bool sent = co_await writer->send_chunk(std::move(bytes));
       if (!written(sent, progress)) {
         co_return;
@@ -106,18 +103,17 @@ asio::awaitable<void> run_sim_answer(AgentContext* ctx, net::ResponseWriter* wri
   bool sent = false;
   if (input.stream) {
     std::string bytes;
-    if (plan.completion_tokens == 0 && chat) {
-      bytes = openai::sse_data(role_chunk(meta));
+    if (plan.completion_tokens == 0) {
+      bytes = stream_opening(meta, input.usage);
     }
-    bytes += openai::sse_data(finish_chunk(meta, plan.finish_reason, progress->timings));
-    if (meta.include_usage) {
-      bytes += openai::sse_data(usage_chunk(meta, input.usage));
-    }
-    bytes += openai::sse_data("[DONE]");
+    bytes += stream_closing(meta, progress->generated, plan.finish_reason, input.usage,
+                            progress->timings);
     sent = co_await writer->end_stream(std::move(bytes));
   } else {
-    std::string body =
-        full_body(meta, progress->generated, plan.finish_reason, input.usage, progress->timings);
+    std::string body = input.whole_body != nullptr
+                           ? *input.whole_body
+                           : answer_body(meta, progress->generated, plan.finish_reason, input.usage,
+                                         progress->timings);
     sent = co_await writer->send_full(200, "application/json", std::move(body));
   }
   if (!written(sent, progress)) {

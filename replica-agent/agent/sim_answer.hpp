@@ -24,6 +24,8 @@ struct AnswerInput {
   Usage usage;
   bool stream = false;
   Clock::time_point start;  // when the slot was taken
+  // Set for answers that do not depend on the text generated (rerank): sent after the prefill.
+  const std::string* whole_body = nullptr;
 };
 
 // How far the answer got, read by the caller even when the answer was cancelled midway.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log/log.hpp"
+#include "common/openai/answer.hpp"
 #include "common/openai/errors.hpp"
 #include "common/openai/sse.hpp"
 #include "common/util/json.hpp"
@@ -28,6 +29,23 @@ constexpr auto kIdleTimeout = std::chrono::minutes(5);
 constexpr auto kWriteTimeout = std::chrono::seconds(30);
 constexpr std::size_t kReadChunk = 16 * 1024;
 constexpr std::size_t kMaxScannedBody = 1024 * 1024;
+
+// The usage of a Responses or Anthropic answer (a body, or one event of a stream).
+void scan_api(openai::Api api, const openai::SseEvent* event, std::string_view body,
+              ProxyProgress* progress) {
+  openai::AnswerStats stats;
+  if (event != nullptr) {
+    openai::read_stats_from_event(api, *event, stats);
+  } else {
+    openai::read_stats_from_body(api, body, stats);
+  }
+  if (stats.prompt_tokens) {
+    progress->prompt_tokens = *stats.prompt_tokens;
+  }
+  if (stats.completion_tokens) {
+    progress->completion_tokens = *stats.completion_tokens;
+  }
+}
 
 // Usage and llama.cpp timings of a response body or stream event.
 void scan(std::string_view text, ProxyProgress* progress) {
@@ -169,7 +187,13 @@ asio::awaitable<void> forward_to_engine(AgentContext* ctx, net::ResponseWriter* 
   }
 
   std::string scanned;  // a whole (non-stream) body, for its usage
-  openai::SseParser sse([&](const openai::SseEvent& event) { scan(event.data, progress); });
+  openai::SseParser sse([&](const openai::SseEvent& event) {
+    if (progress->api == openai::Api::openai) {
+      scan(event.data, progress);
+    } else {
+      scan_api(progress->api, &event, {}, progress);
+    }
+  });
   bool engine_ok = true;
   for (;;) {
     // Parse whatever is buffered (the head's read may have brought body bytes along).
@@ -225,7 +249,11 @@ asio::awaitable<void> forward_to_engine(AgentContext* ctx, net::ResponseWriter* 
   }
   engine.reset();
   if (!event_stream) {
-    scan(scanned, progress);
+    if (progress->api == openai::Api::openai) {
+      scan(scanned, progress);
+    } else {
+      scan_api(progress->api, nullptr, scanned, progress);
+    }
   }
   if (!engine_ok) {
     // Mid-answer: the client cannot be told with a status any more. A stream gets an error

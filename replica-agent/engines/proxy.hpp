@@ -9,6 +9,7 @@
 #include "common/net/conn.hpp"
 #include "common/net/http_io.hpp"
 #include "common/net/response_writer.hpp"
+#include "common/openai/api.hpp"
 #include "replica-agent/agent/context.hpp"
 
 namespace fg::agent {
@@ -22,6 +23,9 @@ struct ProxyProgress {
   std::uint64_t completion_tokens = 0;
   double prefill_tps = 0;  // from the engine's timings (llama.cpp), when present
   double decode_tps = 0;
+  // The request's API family: where its usage is (the Responses and Anthropic APIs report it in
+  // their own fields, read with the gateway's readers, common/openai/answer.hpp).
+  openai::Api api = openai::Api::openai;
   // The request's slot: freed as soon as the engine's answer is complete, before its last bytes
   // are written to the client (as for the simulator), so that a client sending its next request
   // the moment it has read this answer never finds the slot still taken.

@@ -56,7 +56,10 @@ void append_content(const nlohmann::json& content, std::string& out) {
       continue;
     }
     auto type = part.find("type");
-    bool text_type = type == part.end() || (type->is_string() && *type == "text");
+    // Chat and Anthropic "text" parts, the Responses API's "input_text" and "output_text".
+    bool text_type =
+        type == part.end() ||
+        (type->is_string() && (*type == "text" || *type == "input_text" || *type == "output_text"));
     auto text = part.find("text");
     if (text_type && text != part.end() && text->is_string()) {
       out += text->get_ref<const std::string&>();
@@ -83,11 +86,26 @@ std::string extract_prompt_text(const nlohmann::json& body) {
   if (!body.is_object()) {
     return text;
   }
-  if (auto messages = body.find("messages"); messages != body.end() && messages->is_array()) {
-    for (const auto& message : *messages) {
-      if (message.is_object()) {
-        if (auto content = message.find("content"); content != message.end()) {
-          append_content(*content, text);
+  // Anthropic's "system" and the Responses API's "instructions" come before the conversation.
+  for (const char* key : {"system", "instructions"}) {
+    if (auto preamble = body.find(key); preamble != body.end()) {
+      append_content(*preamble, text);
+    }
+  }
+  // Chat and Anthropic "messages"; the Responses API's "input" (a string, or message items).
+  for (const char* key : {"messages", "input"}) {
+    auto turns = body.find(key);
+    if (turns == body.end()) {
+      continue;
+    }
+    if (turns->is_string()) {
+      text += turns->get_ref<const std::string&>();
+    } else if (turns->is_array()) {
+      for (const auto& message : *turns) {
+        if (message.is_object()) {
+          if (auto content = message.find("content"); content != message.end()) {
+            append_content(*content, text);
+          }
         }
       }
     }
@@ -95,11 +113,23 @@ std::string extract_prompt_text(const nlohmann::json& body) {
   }
   if (auto prompt = body.find("prompt"); prompt != body.end()) {
     if (prompt->is_string()) {
-      text = prompt->get<std::string>();
+      text += prompt->get<std::string>();
     } else if (prompt->is_array()) {
       for (const auto& piece : *prompt) {
         if (piece.is_string()) {
           text += piece.get_ref<const std::string&>();
+        }
+      }
+    }
+    return text;
+  }
+  // Rerank: the query, then every document.
+  if (auto query = body.find("query"); query != body.end() && query->is_string()) {
+    text += query->get_ref<const std::string&>();
+    if (auto documents = body.find("documents"); documents != body.end() && documents->is_array()) {
+      for (const auto& document : *documents) {
+        if (document.is_string()) {
+          text += document.get_ref<const std::string&>();
         }
       }
     }
@@ -111,8 +141,10 @@ std::optional<std::size_t> requested_max_tokens(const nlohmann::json& body) {
   if (!body.is_object()) {
     return std::nullopt;
   }
-  if (auto value = non_negative_integer(body, "max_completion_tokens")) {
-    return value;
+  for (const char* key : {"max_completion_tokens", "max_output_tokens"}) {
+    if (auto value = non_negative_integer(body, key)) {
+      return value;
+    }
   }
   return non_negative_integer(body, "max_tokens");
 }

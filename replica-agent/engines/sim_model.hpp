@@ -31,14 +31,18 @@ struct SimOptions {
 // ~4 characters per token, as for English text with BPE tokenizers; 0 only for an empty prompt.
 std::size_t prompt_tokens_for_chars(std::size_t chars);
 
-// The prompt text of an OpenAI request body. Chat (/v1/chat/completions): every message's content
-// in order, string contents whole and the "text" parts of array contents. Completions
-// (/v1/completions): "prompt" as a string, or its string elements concatenated. Anything else
-// (missing fields, token-id prompts, null contents) contributes nothing.
+// The prompt text of a request body, in this order: Anthropic's "system" and the Responses API's
+// "instructions" (a string, or text blocks); then "messages" (chat, Anthropic) or "input"
+// (Responses: a string, or items) with every message's content in order, string contents whole
+// and the "text" / "input_text" / "output_text" parts of array contents; else "prompt"
+// (completions) as a string or its string elements concatenated; else a rerank's "query" and its
+// string "documents". Anything else (missing fields, token-id prompts, null contents) contributes
+// nothing.
 std::string extract_prompt_text(const nlohmann::json& body);
 
-// The client's cap on generated tokens: "max_completion_tokens" (current OpenAI name) if it is a
-// non-negative integer, else "max_tokens" likewise, else nullopt.
+// The client's cap on generated tokens: "max_completion_tokens" (current OpenAI chat name) or
+// "max_output_tokens" (Responses) if it is a non-negative integer, else "max_tokens" (completions,
+// Anthropic) likewise, else nullopt.
 std::optional<std::size_t> requested_max_tokens(const nlohmann::json& body);
 
 // The last text each slot evaluated, so a follow-up prompt sharing a prefix is partly cached, as

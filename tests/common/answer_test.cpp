@@ -127,5 +127,82 @@ TEST(ReadError, NotAnErrorObject) {
   EXPECT_FALSE(read_error(deep));
 }
 
+TEST(ReadStats, ResponsesBodyUsage) {
+  AnswerStats stats;
+  read_stats_from_body(
+      Api::responses,
+      R"({"id":"resp_1","object":"response","output":[{"type":"message","content":[{"type":"output_text","text":"\"usage\":{\"input_tokens\":9}"}]}],"usage":{"input_tokens":120,"input_tokens_details":{"cached_tokens":100},"output_tokens":7,"total_tokens":127}})",
+      stats);
+  EXPECT_EQ(stats.prompt_tokens, 120u);
+  EXPECT_EQ(stats.cached_tokens, 100u);
+  EXPECT_EQ(stats.completion_tokens, 7u);
+}
+
+TEST(ReadStats, ResponsesStreamReadsTheFinalResponseOnly) {
+  AnswerStats stats;
+  SseEvent created{
+      "response.created",
+      R"({"type":"response.created","sequence_number":0,"response":{"id":"r","usage":null}})", ""};
+  SseEvent delta{"response.output_text.delta",
+                 R"({"type":"response.output_text.delta","delta":"usage"})", ""};
+  read_stats_from_event(Api::responses, created, stats);
+  read_stats_from_event(Api::responses, delta, stats);
+  EXPECT_FALSE(stats.prompt_tokens);
+  SseEvent completed{
+      "response.completed",
+      R"({"type":"response.completed","sequence_number":9,"response":{"id":"r","output":[{"content":[{"text":"a long answer"}]}],"usage":{"input_tokens":7000,"output_tokens":3,"total_tokens":7003}}})",
+      ""};
+  read_stats_from_event(Api::responses, completed, stats);
+  EXPECT_EQ(stats.prompt_tokens, 7000u);
+  EXPECT_EQ(stats.completion_tokens, 3u);
+  // A usage member at the top level of an event is not the Responses API's: ignored.
+  AnswerStats other;
+  read_stats_from_event(Api::responses, {"", R"({"usage":{"input_tokens":5}})", ""}, other);
+  EXPECT_FALSE(other.prompt_tokens);
+}
+
+TEST(ReadStats, AnthropicBodyCountsTheCachedPromptToo) {
+  AnswerStats stats;
+  read_stats_from_body(
+      Api::anthropic,
+      R"({"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":20,"cache_read_input_tokens":100,"cache_creation_input_tokens":5,"output_tokens":4}})",
+      stats);
+  EXPECT_EQ(stats.prompt_tokens, 125u);
+  EXPECT_EQ(stats.cached_tokens, 100u);
+  EXPECT_EQ(stats.completion_tokens, 4u);
+}
+
+TEST(ReadStats, AnthropicStreamStartThenDelta) {
+  AnswerStats stats;
+  read_stats_from_event(
+      Api::anthropic,
+      {"message_start",
+       R"({"type":"message_start","message":{"id":"msg_1","type":"message","usage":{"input_tokens":30,"cache_read_input_tokens":0,"output_tokens":1}}})",
+       ""},
+      stats);
+  EXPECT_EQ(stats.prompt_tokens, 30u);
+  EXPECT_EQ(stats.completion_tokens, 1u);
+  read_stats_from_event(
+      Api::anthropic,
+      {"content_block_delta", R"({"type":"content_block_delta","delta":{"text":"x"}})", ""}, stats);
+  read_stats_from_event(
+      Api::anthropic,
+      {"message_delta",
+       R"({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":12}})",
+       ""},
+      stats);
+  EXPECT_EQ(stats.prompt_tokens, 30u);  // the delta said nothing of the prompt
+  EXPECT_EQ(stats.completion_tokens, 12u);
+}
+
+TEST(ReadStats, CountingAnswersReportNoUsage) {
+  AnswerStats stats;
+  read_stats_from_body(Api::anthropic, R"({"input_tokens":42})", stats);
+  read_stats_from_body(Api::responses, R"({"object":"response.input_tokens","input_tokens":42})",
+                       stats);
+  EXPECT_FALSE(stats.prompt_tokens);
+  EXPECT_FALSE(stats.completion_tokens);
+}
+
 }  // namespace
 }  // namespace fg::openai

@@ -78,5 +78,48 @@ TEST(ErrorsType, NonErrorStatusIsServerError) {
   EXPECT_EQ(error_type_for_status(302), "server_error");
 }
 
+TEST(ApiErrors, AnthropicShapeAndTypes) {
+  const json body =
+      json::parse(api_error_body(Api::anthropic, 404, "no such model", "model_not_found"));
+  EXPECT_EQ(
+      body,
+      json::parse(
+          R"({"type":"error","error":{"type":"not_found_error","message":"no such model"}})"));
+  EXPECT_EQ(anthropic_error_type(400), "invalid_request_error");
+  EXPECT_EQ(anthropic_error_type(401), "authentication_error");
+  EXPECT_EQ(anthropic_error_type(405), "invalid_request_error");
+  EXPECT_EQ(anthropic_error_type(413), "request_too_large");
+  EXPECT_EQ(anthropic_error_type(429), "rate_limit_error");
+  EXPECT_EQ(anthropic_error_type(500), "api_error");
+  EXPECT_EQ(anthropic_error_type(502), "api_error");
+  EXPECT_EQ(anthropic_error_type(503), "overloaded_error");
+  EXPECT_EQ(anthropic_error_type(504), "timeout_error");
+}
+
+TEST(ApiErrors, OpenAiAndResponsesKeepOpenAiShape) {
+  for (Api api : {Api::openai, Api::responses}) {
+    EXPECT_EQ(api_error_body(api, 429, "full", "queue_full"),
+              error_body("full", "rate_limit_error", "queue_full"));
+  }
+}
+
+TEST(ApiErrors, ReplicaErrorsAreReshapedForAnthropicOnly) {
+  const std::string openai_error = error_body("'max_tokens' is required", "invalid_request_error");
+  EXPECT_FALSE(reshaped_error(Api::openai, 400, openai_error));
+  EXPECT_FALSE(reshaped_error(Api::responses, 400, openai_error));
+  auto reshaped = reshaped_error(Api::anthropic, 400, openai_error);
+  ASSERT_TRUE(reshaped);
+  EXPECT_EQ(
+      json::parse(*reshaped),
+      json::parse(
+          R"({"type":"error","error":{"type":"invalid_request_error","message":"'max_tokens' is required"}})"));
+  // Already Anthropic's: unchanged.
+  EXPECT_FALSE(reshaped_error(Api::anthropic, 400, *reshaped));
+  // Unreadable: the status says it.
+  auto plain = reshaped_error(Api::anthropic, 422, "Unprocessable");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(json::parse(*plain)["error"]["message"], "the replica answered HTTP 422");
+}
+
 }  // namespace
 }  // namespace fg::openai

@@ -263,5 +263,47 @@ TEST(InspectStreamUsage, OverridesAFalseIncludeUsageAndRefusesNonObjects) {
   EXPECT_FALSE(with_stream_usage("{oops").has_value());
 }
 
+InspectError must_reject_responses(std::string_view body) {
+  auto result = inspect_request(Api::responses, kJson, body);
+  if (std::holds_alternative<RequestInfo>(result)) {
+    ADD_FAILURE() << "accepted: " << body;
+    return {};
+  }
+  return std::get<InspectError>(result);
+}
+
+TEST(InspectResponses, StatelessRequestsPass) {
+  for (
+      std::string_view body :
+      {R"({"model":"m","input":"hi"})", R"({"model":"m","input":"hi","store":false})",
+       R"({"model":"m","input":"hi","previous_response_id":null,"store":null})",
+       R"({"model":"m","input":[{"role":"user","content":"hi"},{"type":"message","role":"assistant","content":"yo"}],"stream":true})"}) {
+    auto result = inspect_request(Api::responses, kJson, body);
+    ASSERT_TRUE(std::holds_alternative<RequestInfo>(result)) << body;
+  }
+  // The same rules do not apply to other APIs (a chat body may carry "store").
+  EXPECT_TRUE(std::holds_alternative<RequestInfo>(
+      inspect_request(Api::openai, kJson, R"({"model":"m","messages":[],"store":true})")));
+}
+
+TEST(InspectResponses, StatefulRequestsAreRefusedNamingTheField) {
+  const std::pair<std::string_view, std::string_view> cases[] = {
+      {R"({"model":"m","input":"hi","previous_response_id":"resp_1"})", "previous_response_id"},
+      {R"({"model":"m","input":"hi","store":true})", "store"},
+      {R"({"model":"m","input":"hi","conversation":"conv_1"})", "conversation"},
+      {R"({"model":"m","input":"hi","background":true})", "background"},
+      {R"({"model":"m","input":[{"type":"item_reference","id":"msg_1"}]})", "input"},
+  };
+  for (const auto& [body, param] : cases) {
+    const InspectError e = must_reject_responses(body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.code, "unsupported_stateful_request") << body;
+    EXPECT_EQ(e.param, param) << body;
+    EXPECT_NE(e.message.find("no replica"), std::string::npos) << e.message;
+  }
+  // Model checks come first.
+  EXPECT_EQ(must_reject_responses(R"({"input":"hi","store":true})").code, "missing_model");
+}
+
 }  // namespace
 }  // namespace fg::openai

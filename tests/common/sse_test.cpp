@@ -492,5 +492,32 @@ TEST(SseRelay, ExactlyTheCapIsAllowed) {
   EXPECT_EQ(out, event);
 }
 
+TEST(SseFraming, TypedEvent) {
+  EXPECT_EQ(sse_event("message_stop", R"({"type":"message_stop"})"),
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+}
+
+TEST(SseFraming, StreamErrorsPerApi) {
+  EXPECT_EQ(api_stream_error(Api::openai, 502, "boom", "upstream_error"),
+            sse_error("boom", "server_error", "upstream_error"));
+
+  auto responses = parse_all(api_stream_error(Api::responses, 502, "boom", "upstream_error"));
+  ASSERT_EQ(responses.size(), 1u);
+  EXPECT_EQ(responses[0].event, "error");
+  const auto r = nlohmann::json::parse(responses[0].data);
+  EXPECT_EQ(r["type"], "error");
+  EXPECT_TRUE(r["sequence_number"].is_number());
+  EXPECT_EQ(r["error"]["message"], "boom");
+  EXPECT_EQ(r["error"]["code"], "upstream_error");
+  EXPECT_EQ(r["error"]["type"], "server_error");
+
+  auto anthropic = parse_all(api_stream_error(Api::anthropic, 503, "busy", "queue_timeout"));
+  ASSERT_EQ(anthropic.size(), 1u);
+  EXPECT_EQ(anthropic[0].event, "error");
+  EXPECT_EQ(nlohmann::json::parse(anthropic[0].data),
+            nlohmann::json::parse(
+                R"({"type":"error","error":{"type":"overloaded_error","message":"busy"}})"));
+}
+
 }  // namespace
 }  // namespace fg::openai

@@ -332,6 +332,52 @@ suite('real llama-server behind agents and the gateway (openai client)', () => {
     assert.equal(typeof c.choices[0].text, 'string');
   });
 
+  test('Responses API through the gateway: responses.create whole and streamed (llama-server /v1/responses)', async () => {
+    const whole = await client.responses.create({ model: MODEL, input: 'Is transaction 4411 risky?', max_output_tokens: 8 });
+    assert.equal(whole.object, 'response');
+    assert.equal(typeof whole.output_text, 'string');
+    assert.ok(whole.usage.input_tokens > 0, `usage.input_tokens: ${JSON.stringify(whole.usage)}`);
+    assert.ok(whole.usage.output_tokens > 0 && whole.usage.output_tokens <= 8);
+    const stream = await client.responses.create({ model: MODEL, input: 'Stream a short answer.', max_output_tokens: 8, stream: true });
+    const types = [];
+    let completed;
+    for await (const event of stream) {
+      types.push(event.type);
+      if (event.type === 'response.completed') {
+        completed = event.response;
+      }
+    }
+    assert.equal(types[0], 'response.created');
+    assert.ok(types.includes('response.output_text.delta'), types.join(','));
+    assert.equal(types.at(-1), 'response.completed');
+    assert.ok(completed.usage.output_tokens > 0);
+  });
+
+  test('Anthropic Messages API through the gateway: messages.create and messages.stream (llama-server /v1/messages)', async () => {
+    const { default: Anthropic } = await import('@anthropic-ai/sdk');
+    const anthropic = new Anthropic({ baseURL: gw.publicUrl, apiKey: 'unused', maxRetries: 0, timeout: 30000 });
+    const completionTokens = async () => (await Promise.all(agents.map(async (a) => {
+      const m = /^fleetgate_agent_tokens_total\{kind="completion"\}\s+(\S+)/m.exec((await request(`${a.base}/metrics`)).text);
+      return m ? Number(m[1]) : 0;
+    }))).reduce((x, y) => x + y, 0);
+    const tokensBefore = await completionTokens();
+    const message = await anthropic.messages.create({ model: MODEL, max_tokens: 8, messages: [{ role: 'user', content: 'Is it risky?' }] });
+    // The agent reads llama-server's Anthropic usage for its own metrics.
+    assert.equal(await completionTokens(), tokensBefore + message.usage.output_tokens);
+    assert.equal(message.type, 'message');
+    assert.equal(message.content[0].type, 'text');
+    assert.ok(message.usage.input_tokens > 0 && message.usage.output_tokens > 0, JSON.stringify(message.usage));
+    const stream = anthropic.messages.stream({ model: MODEL, max_tokens: 8, messages: [{ role: 'user', content: 'Stream it.' }] });
+    const types = [];
+    stream.on('streamEvent', (e) => types.push(e.type));
+    const final = await stream.finalMessage();
+    assert.equal(types[0], 'message_start');
+    assert.equal(types.at(-1), 'message_stop');
+    assert.ok(final.usage.output_tokens > 0);
+    const count = await anthropic.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'Count me.' }] });
+    assert.ok(count.input_tokens > 0);
+  });
+
   test('chat completion streamed with stream_options.include_usage: chunks, then usage', async () => {
     const stream = await client.chat.completions.create(chat('Stream me a short answer.', {
       max_tokens: 32,

@@ -29,5 +29,21 @@ TEST(AgentRoutes, MethodsAndUnknownPaths) {
   EXPECT_EQ(route_agent("POST", "/v1/embeddings", true).refusal->status, 404u);
 }
 
+TEST(AgentRoutes, EveryApiRoute) {
+  EXPECT_EQ(route_agent("POST", "/v1/responses", true).route, AgentRoute::responses);
+  EXPECT_EQ(route_agent("POST", "/v1/responses/input_tokens", true).route,
+            AgentRoute::responses_input_tokens);
+  EXPECT_EQ(route_agent("POST", "/v1/messages", true).route, AgentRoute::messages);
+  EXPECT_EQ(route_agent("POST", "/v1/messages/count_tokens", true).route,
+            AgentRoute::messages_count_tokens);
+  EXPECT_EQ(route_agent("POST", "/v1/rerank", true).route, AgentRoute::rerank);
+  EXPECT_EQ(route_agent("GET", "/v1/messages", true).refusal->status, 405u);
+  EXPECT_EQ(route_agent("POST", "/v1/messages", false).refusal->status, 401u);
+  EXPECT_EQ(agent_error_api("/v1/messages"), openai::Api::anthropic);
+  EXPECT_EQ(agent_error_api("/v1/messages/count_tokens"), openai::Api::anthropic);
+  EXPECT_EQ(agent_error_api("/v1/responses"), openai::Api::responses);
+  EXPECT_EQ(agent_error_api("/v1/chat/completions"), openai::Api::openai);
+}
+
 }  // namespace
 }  // namespace fg::agent

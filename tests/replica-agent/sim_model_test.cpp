@@ -383,5 +383,22 @@ TEST(SimPrompt, RequestedMaxTokens) {
   EXPECT_EQ(requested_max_tokens(json::parse(R"({})")), std::nullopt);
 }
 
+TEST(SimPrompt, AnthropicResponsesAndRerankBodies) {
+  EXPECT_EQ(extract_prompt_text(nlohmann::json::parse(R"({"model":"m","system":"sys|",
+      "messages":[{"role":"user","content":[{"type":"text","text":"hello"}]}]})")),
+            "sys|hello");
+  EXPECT_EQ(extract_prompt_text(nlohmann::json::parse(
+                R"({"model":"m","instructions":"be brief|","input":"is it risky"})")),
+            "be brief|is it risky");
+  EXPECT_EQ(extract_prompt_text(nlohmann::json::parse(R"({"model":"m","input":[
+      {"role":"user","content":[{"type":"input_text","text":"a|"}]},
+      {"type":"message","role":"assistant","content":[{"type":"output_text","text":"b"}]}]})")),
+            "a|b");
+  EXPECT_EQ(extract_prompt_text(
+                nlohmann::json::parse(R"({"model":"m","query":"q|","documents":["d1|","d2",3]})")),
+            "q|d1|d2");
+  EXPECT_EQ(requested_max_tokens(nlohmann::json::parse(R"({"max_output_tokens":7})")), 7u);
+}
+
 }  // namespace
 }  // namespace fg::sim

@@ -21,12 +21,13 @@ double sample(const std::string& text, const std::string& series) {
 TEST(Metrics, ASuccessCountsTheRequestAndItsTimes) {
   Metrics m;
   m.declare_model("m");
-  m.request_done("m", "/v1/chat/completions", 200, 1.5, 0.25, 0.75);
-  m.tokens("m", "prompt", 7000);
+  m.request_done("m", "/v1/chat/completions", "chat", 200, 1.5, 0.25, 0.75);
+  m.tokens("m", "chat", "prompt", 7000);
   const auto text = m.scrape();
   EXPECT_EQ(
-      sample(text,
-             R"(fleetgate_requests_total{code="200",endpoint="/v1/chat/completions",model="m"})"),
+      sample(
+          text,
+          R"(fleetgate_requests_total{api="chat",code="200",endpoint="/v1/chat/completions",model="m"})"),
       1);
   EXPECT_EQ(sample(text, R"(fleetgate_request_duration_seconds_count{model="m"})"), 1);
   EXPECT_DOUBLE_EQ(sample(text, R"(fleetgate_request_duration_seconds_sum{model="m"})"), 1.5);
@@ -35,8 +36,31 @@ TEST(Metrics, ASuccessCountsTheRequestAndItsTimes) {
   EXPECT_EQ(sample(text, R"(fleetgate_request_duration_seconds_bucket{model="m",le="1800"})"), 1);
   EXPECT_DOUBLE_EQ(sample(text, R"(fleetgate_queue_wait_seconds_sum{model="m"})"), 0.25);
   EXPECT_EQ(sample(text, R"(fleetgate_time_to_first_byte_seconds_count{model="m"})"), 1);
-  EXPECT_EQ(sample(text, R"(fleetgate_tokens_total{kind="prompt",model="m"})"), 7000);
-  EXPECT_EQ(sample(text, R"(fleetgate_tokens_total{kind="completion",model="m"})"), 0);
+  EXPECT_EQ(sample(text, R"(fleetgate_tokens_total{api="chat",kind="prompt",model="m"})"), 7000);
+  EXPECT_EQ(sample(text, R"(fleetgate_tokens_total{api="chat",kind="completion",model="m"})"), 0);
+}
+
+TEST(Metrics, TokensAreCountedPerApiAndDeclaredAtZeroForEach) {
+  Metrics m;
+  m.declare_model("m");
+  for (std::string_view api : Metrics::kTokenApis) {
+    const std::string labels = R"({api=")" + std::string(api) + R"(",kind="prompt",model="m"})";
+    EXPECT_EQ(sample(m.scrape(), "fleetgate_tokens_total" + labels), 0) << api;
+  }
+  m.tokens("m", "messages", "prompt", 12);
+  m.tokens("m", "messages", "prompt", 30);
+  m.tokens("m", "responses", "completion", 5);
+  m.request_done("m", "/v1/messages", "messages", 529, 0.1, 0, -1);
+  const auto text = m.scrape();
+  EXPECT_EQ(sample(text, R"(fleetgate_tokens_total{api="messages",kind="prompt",model="m"})"), 42);
+  EXPECT_EQ(sample(text, R"(fleetgate_tokens_total{api="responses",kind="completion",model="m"})"),
+            5);
+  EXPECT_EQ(sample(text, R"(fleetgate_tokens_total{api="chat",kind="prompt",model="m"})"), 0);
+  EXPECT_EQ(
+      sample(
+          text,
+          R"(fleetgate_requests_total{api="messages",code="529",endpoint="/v1/messages",model="m"})"),
+      1);
 }
 
 TEST(Metrics, RejectionRetryAndEjectionMoveTheirCounters) {

@@ -43,15 +43,32 @@ std::string shape_of(const YAML::Node& node) {
 struct ShapeProblem {
   int line;
   std::string what;
+  const char* path = "(root)";
 };
+
+// More documents than this in one file: the event pass stops (a configuration has one).
+constexpr int kMaxDocuments = 16;
 
 // Watches the parser's events before any node is built: counts how deeply maps and lists nest
 // and refuses an alias to a map or list that is still open (a node containing itself), which
 // would make every walk over it endless. yaml-cpp's parser recurses once per level, so stopping
 // here at kMaxDepth bounds its stack too.
+//
+// It also stops yaml-cpp 0.7 looping forever: on a token that cannot start a value where a
+// document is expected (a lone ',', as in a file holding only ","), its parser reports an empty
+// document without consuming the token, again and again (jbeder/yaml-cpp#1040). A document that
+// starts where the one before it started is that loop, and is refused as a syntax error.
 class ShapeCheck : public YAML::EventHandler {
  public:
-  void OnDocumentStart(const YAML::Mark&) override { open_.clear(); }
+  explicit ShapeCheck(std::string_view text) : text_(text) {}
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    open_.clear();
+    if (documents_ > 0 && mark.pos == last_start_) {
+      throw ShapeProblem{mark.line + 1, "unexpected " + describe_byte(mark.pos), "(syntax)"};
+    }
+    ++documents_;
+    last_start_ = mark.pos;
+  }
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
@@ -82,7 +99,22 @@ class ShapeCheck : public YAML::EventHandler {
     open_.push_back(anchor);
   }
 
+  std::string describe_byte(int pos) const {
+    if (pos < 0 || static_cast<std::size_t>(pos) >= text_.size()) {
+      return "end of file";
+    }
+    const auto c = static_cast<unsigned char>(text_[static_cast<std::size_t>(pos)]);
+    if (c >= 0x21 && c < 0x7f) {
+      return std::string("'") + static_cast<char>(c) + "' where a value should start";
+    }
+    static constexpr char kHex[] = "0123456789abcdef";
+    return std::string("byte 0x") + kHex[c >> 4] + kHex[c & 15] + " where a value should start";
+  }
+
+  std::string_view text_;
   std::vector<YAML::anchor_t> open_;  // the anchor of each open map or list (0: none)
+  int documents_ = 0;
+  int last_start_ = -1;  // where the last document started (YAML::Mark::pos)
 };
 
 }  // namespace
@@ -279,11 +311,15 @@ Document Document::parse(const std::string& text, const std::string& source) {
   try {
     std::istringstream in(text);
     YAML::Parser parser(in);
-    ShapeCheck check;
+    ShapeCheck check(text);
+    int documents = 0;
     while (parser.HandleNextDocument(check)) {
+      if (++documents >= kMaxDocuments) {
+        fail_in(source, 1, "(root)", "only one YAML document is allowed");
+      }
     }
   } catch (const ShapeProblem& problem) {
-    fail_in(source, problem.line, "(root)", problem.what);
+    fail_in(source, problem.line, problem.path, problem.what);
   } catch (const YAML::Exception& e) {
     fail_in(source, e.mark.is_null() ? 1 : e.mark.line + 1, "(syntax)", e.msg);
   }

@@ -23,7 +23,7 @@ bool iequals(std::string_view a, std::string_view b) {
 
 }  // namespace
 
-RequestReader::RequestReader(std::size_t header_limit) {
+RequestReader::RequestReader(std::size_t header_limit) : header_limit_(header_limit) {
   parser_.header_limit(static_cast<std::uint32_t>(header_limit));
   // The declared length is judged by decide_head (after the application's own verdict), so the
   // parser must not refuse it first; accept_body sets the real limit.
@@ -48,6 +48,9 @@ std::size_t RequestReader::feed(std::string_view bytes) {
     const std::size_t n =
         parser_.put(boost::asio::const_buffer(bytes.data() + used, bytes.size() - used), ec);
     used += n;
+    if (state_ == State::reading_head) {
+      head_bytes_ += n;
+    }
     if (ec == http::error::need_more) {
       break;
     }
@@ -65,6 +68,10 @@ std::size_t RequestReader::feed(std::string_view bytes) {
     }
     // A head is judged before anything else, even when it completes the request (no body).
     if (state_ == State::reading_head && parser_.is_header_done()) {
+      if (head_bytes_ > header_limit_) {
+        fail(ReadFailure::header_too_large);
+        return used;
+      }
       state_ = State::head_done;
       return used;
     }

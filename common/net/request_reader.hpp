@@ -22,6 +22,7 @@ class RequestReader {
  public:
   enum class State { reading_head, head_done, reading_body, done, failed };
 
+  // header_limit: the most bytes a head (request line, fields and the blank line) may have.
   explicit RequestReader(std::size_t header_limit);
 
   // Parses what it can of bytes and returns how many it used; the rest is not needed yet (a
@@ -49,6 +50,11 @@ class RequestReader {
   void fail(ReadFailure failure);
 
   boost::beast::http::request_parser<boost::beast::http::string_body> parser_;
+  // Beast applies its header limit to the request line and to the fields separately when a
+  // head arrives in one piece (so up to twice the limit passed, depending on how the bytes were
+  // split): the whole head is measured here too.
+  std::size_t header_limit_;
+  std::size_t head_bytes_ = 0;  // bytes of the head the parser used so far
   State state_ = State::reading_head;
   ReadFailure failure_ = ReadFailure::malformed;
   bool started_ = false;

@@ -274,9 +274,18 @@ bool SseRelay::feed(std::string_view bytes, std::string& out) {
 }
 
 std::string SseRelay::finish() {
-  std::string rest = std::move(held_);
+  std::string rest;
+  if (!overflowed_ && breaks_ == 2) {
+    // The held event is complete: it ended with a CR, and only an LF (of a CRLF) could still
+    // have followed. It is relayed like every other event: seen by on_event, stripped.
+    forward(held_, rest);
+  } else {
+    rest = std::move(held_);
+  }
   held_.clear();
   scanned_ = 0;
+  breaks_ = 0;
+  after_cr_ = false;
   return rest;
 }
 

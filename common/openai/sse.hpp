@@ -77,7 +77,9 @@ class SseRelay {
   // Appends to out the bytes to forward now (the events these bytes completed). False once an
   // event is longer than max_event_bytes: the stream must end; later calls forward nothing.
   bool feed(std::string_view bytes, std::string& out);
-  // The end of the stream: what is left of an event that had no closing blank line.
+  // The end of the stream: what is left of an event that had no closing blank line, unchanged;
+  // an event whose blank line ended with a CR at the very end of the stream is complete and
+  // relayed (seen by on_event, stripped) like any other.
   std::string finish();
 
   bool overflowed() const { return overflowed_; }

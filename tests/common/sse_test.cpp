@@ -416,6 +416,31 @@ TEST(SseRelay, CrlfSplitAcrossFeedsIsOneLineBreak) {
   EXPECT_EQ(data, (Strings{"a\nb"}));
 }
 
+// Found by ./fleet fuzz (tests/fuzz/regressions/sse_relay/usage_event_ends_with_cr_cr): a
+// stream whose last event ends with "\r\r" (or "\n\r") is complete, but the relay held it in
+// case an LF followed, and finish() handed it back raw: the usage-only event reached a client
+// that had not asked for it, and its usage was never counted.
+TEST(SseRelay, AnEventEndedByACrAtTheEndOfTheStreamIsRelayedNotLeaked) {
+  for (std::string_view end : {"\r\r", "\n\r", "\r\n\r"}) {
+    const std::string usage_event =
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3}}" + std::string(end);
+    int usage = 0;
+    SseRelay relay(kCap, true, [&](const SseEvent& e) { usage += usage_events(e); });
+    std::string out;
+    ASSERT_TRUE(relay.feed("data: {\"choices\":[{}],\"usage\":null}\n\n" + usage_event, out));
+    EXPECT_EQ(out, "data: {\"choices\":[{}]}\n\n");
+    EXPECT_EQ(relay.finish(), "") << "the usage-only event is dropped";
+    EXPECT_EQ(usage, 1) << "and counted";
+  }
+  // Without strip, the same bytes are forwarded unchanged, and the event is seen.
+  int events = 0;
+  SseRelay relay(kCap, false, [&](const SseEvent&) { ++events; });
+  std::string out;
+  ASSERT_TRUE(relay.feed("data: a\r\r", out));
+  EXPECT_EQ(out + relay.finish(), "data: a\r\r");
+  EXPECT_EQ(events, 1);
+}
+
 TEST(SseRelay, ContentMentioningUsageIsUntouched) {
   SseRelay relay(kCap, true, nullptr);
   std::string_view event =

@@ -144,5 +144,12 @@ TEST(AgentConfigYaml, DeepNestingAndLoopsAreRefused) {
             "agent.yaml:2: (root): an alias inside the node it refers to (a loop)");
 }
 
+// A file holding only "," made yaml-cpp loop forever (fleetgate-agent --check --config hung).
+TEST(AgentConfigYaml, ALoneCommaIsASyntaxError) {
+  EXPECT_EQ(file_error(","), "agent.yaml:1: (syntax): unexpected ',' where a value should start");
+  EXPECT_EQ(file_error("model: m\n---\n,"),
+            "agent.yaml:3: (syntax): unexpected ',' where a value should start");
+}
+
 }  // namespace
 }  // namespace fg::agent

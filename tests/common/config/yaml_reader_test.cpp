@@ -107,6 +107,25 @@ TEST(ConfigYamlDocument, SyntaxAndSecondDocument) {
   EXPECT_EQ(parse_error("a: 1\n---\nb: [\n").rfind("f.yaml:", 0), 0u);
 }
 
+// yaml-cpp 0.7 loops forever on a ',' where a document should start (it reports an empty
+// document without consuming the token, again and again): found by ./fleet fuzz
+// (tests/fuzz/regressions/gateway_config/lone_comma). Each of these hung before the fix.
+TEST(ConfigYamlDocument, ACommaWhereAValueShouldStartIsASyntaxErrorNotAHang) {
+  EXPECT_EQ(parse_error(","), "f.yaml:1: (syntax): unexpected ',' where a value should start");
+  EXPECT_EQ(parse_error(",,"), "f.yaml:1: (syntax): unexpected ',' where a value should start");
+  EXPECT_EQ(parse_error(" ,"), "f.yaml:1: (syntax): unexpected ',' where a value should start");
+  EXPECT_EQ(parse_error(",\na: 1\n"),
+            "f.yaml:1: (syntax): unexpected ',' where a value should start");
+  EXPECT_EQ(parse_error("- 1\n,"), "f.yaml:2: (syntax): unexpected ',' where a value should start");
+  EXPECT_EQ(parse_error("[a]\n,"), "f.yaml:2: (syntax): unexpected ',' where a value should start");
+  EXPECT_EQ(parse_error("...\n,"), "f.yaml:2: (syntax): unexpected ',' where a value should start");
+  EXPECT_EQ(parse_error("%YAML 1.2\n---\n,"),
+            "f.yaml:3: (syntax): unexpected ',' where a value should start");
+  // Real documents, one after another, are still the "one document" error.
+  EXPECT_EQ(parse_error("---\n---\n"),
+            "f.yaml:3: (root): only one YAML document is allowed (found a second '---')");
+}
+
 // ---- Hostile input: nesting, loops, garbage ----
 
 std::string nested_flow(int depth) {

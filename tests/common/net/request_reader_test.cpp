@@ -99,6 +99,31 @@ TEST(RequestReader, TooLargeAndMalformedHeads) {
   }
 }
 
+// Found by ./fleet fuzz (tests/fuzz/regressions/http_request/head_over_limit_in_one_piece):
+// Beast limits the request line and the fields separately when a head arrives in one piece, so
+// a head of up to twice the limit was read when it came at once and refused when it trickled.
+TEST(RequestReader, TheHeaderLimitIsTheWholeHeadHoweverItArrives) {
+  const std::string head =
+      "GET /" + std::string(40, 'p') + " HTTP/1.1\r\nHost: " + std::string(40, 'h') + "\r\n\r\n";
+  for (std::size_t limit : {head.size() - 1, head.size() / 2 + 8}) {
+    RequestReader whole(limit);
+    whole.feed(head);
+    EXPECT_EQ(whole.state(), State::failed) << limit;
+    EXPECT_EQ(whole.failure(), ReadFailure::header_too_large) << limit;
+    RequestReader slow(limit);
+    feed_slowly(slow, head);
+    EXPECT_EQ(slow.state(), State::failed) << limit;
+    EXPECT_EQ(slow.failure(), ReadFailure::header_too_large) << limit;
+  }
+  // Exactly the limit is fine, in one piece or byte by byte.
+  RequestReader whole(head.size());
+  EXPECT_EQ(whole.feed(head), head.size());
+  EXPECT_EQ(whole.state(), State::head_done);
+  RequestReader slow(head.size());
+  EXPECT_EQ(feed_slowly(slow, head), "");
+  EXPECT_EQ(slow.state(), State::done);
+}
+
 TEST(RequestReader, EndOfStream) {
   RequestReader nothing(1024);
   nothing.feed_eof();

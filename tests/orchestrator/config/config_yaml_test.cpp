@@ -90,5 +90,12 @@ TEST(ConfigYamlHostile, LoopsAreRefused) {
             "t.yaml:3: (root): an alias inside the node it refers to (a loop)");
 }
 
+// A file holding only "," made yaml-cpp loop forever (fleetgate --check --config hung).
+TEST(ConfigYamlHostile, ALoneCommaIsASyntaxError) {
+  EXPECT_EQ(error_of(","), "t.yaml:1: (syntax): unexpected ',' where a value should start");
+  EXPECT_EQ(error_of(std::string(kModels) + "---\n,"),
+            "t.yaml:4: (syntax): unexpected ',' where a value should start");
+}
+
 }  // namespace
 }  // namespace fg::config

@@ -14,9 +14,12 @@ export const TOKEN_ENV = {
 };
 
 // Short health settings: a dead replica is noticed within a second, a live one proven in ~0.5 s.
+// The probe timeout is generous: a probe of a live fake that a loaded machine (or the sanitized
+// build) answers late must not count as a failure, or a replica flaps and the tests that count
+// state changes fail. Only a hanging replica waits for it (3 x 1.2 s to be marked unhealthy).
 export const FAST_HEALTH = Object.freeze({
   interval: '200ms',
-  timeout: '150ms',
+  timeout: '1s',
   unhealthy_after: 3,
   healthy_after: 2,
   eject_after: 3,

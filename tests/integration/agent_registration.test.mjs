@@ -60,10 +60,13 @@ class FakeGateway {
   }
 
   answer(req, res, body) {
+    let call = null;
     const send = (status, json) => {
+      if (call) {
+        call.answeredAt = Date.now(); // before the bytes go out: the agent cannot have them sooner
+      }
       res.writeHead(status, { 'Content-Type': 'application/json' });
       res.end(JSON.stringify(json));
-      call.answeredAt = Date.now();
     };
     const auth = req.headers.authorization;
     const m = /^\/admin\/v1\/replicas\/(?:(register)|([^/]+)\/(heartbeat|deregister))$/.exec(req.url);
@@ -73,7 +76,7 @@ class FakeGateway {
     const kind = m[1] ?? m[3];
     const id = m[2];
     const secret = req.headers['fleetgate-replica-secret'];
-    const call = { kind, id, auth, secret, body: body ? JSON.parse(body) : null, at: Date.now(), answeredAt: null };
+    call = { kind, id, auth, secret, body: body ? JSON.parse(body) : null, at: Date.now(), answeredAt: null };
     this.calls.push(call);
     if (auth !== `Bearer ${REGISTRATION_TOKEN}`) {
       return send(401, { error: { message: 'bad token' } });

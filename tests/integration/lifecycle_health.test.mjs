@@ -101,7 +101,7 @@ describe('a replica that starts failing', () => {
     failEverything(b);
     const down = await waitForStateLog(gw, id, 'unhealthy', { fromIndex: logMark, timeoutMs: 5000 });
     const detected = Date.now() - failedAt;
-    figure(t, 'time for probes to detect a dead replica (interval 200ms, unhealthy_after 3)', `${detected} ms`);
+    figure(t, 'time for probes to detect a dead replica (interval 500ms, unhealthy_after 3)', `${detected} ms`);
     assert.equal(down.reason, 'probe failed 3 times', 'after unhealthy_after failed probes, not sooner');
 
     const upAt = Date.now();

@@ -103,7 +103,7 @@ describe('agent registration', () => {
       assert.equal(healthy.from, 'joining');
       await eventually(() => served(phone).length > 0, { timeoutMs: 5000, what: 'a request routed to the registered phone' });
       const routedAt = Date.now();
-      figure(t, 'time from registration to healthy (interval 200ms, healthy_after 2)', `${healthyAt - registeredAt} ms`);
+      figure(t, 'time from registration to healthy (interval 500ms, healthy_after 2)', `${healthyAt - registeredAt} ms`);
       figure(t, 'time from registration to the first routed request', `${routedAt - registeredAt} ms`);
       await load.waitForMore(20);
       assert.equal((await replicaByUrl(gw, phone.url)).slots, 2, 'slots_total from the probe body sets the slots');

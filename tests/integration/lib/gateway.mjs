@@ -314,7 +314,7 @@ export async function startGateway(config, { env = {}, args = [], timeoutMs = 10
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   live.set(child.pid, child);
-  trackProcess(child.pid, `fleetgate --config ${configPath}`);
+  trackProcess(child, `fleetgate --config ${configPath}`);
   const gw = new Gateway(child, dir, configPath);
   const tlsPublic = typeof config === 'object' && config.server?.tls?.cert;
   try {

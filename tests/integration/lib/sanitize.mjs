@@ -46,11 +46,20 @@ if (SANITIZE) {
   });
 }
 
-// Notes what a started process is, so that a report names it.
-export function trackProcess(pid, what) {
-  if (SANITIZE && pid) {
-    started.set(pid, what);
+// Notes what a started process is, so that a report names it, and ends the test file at once when
+// a sanitizer stopped it (exit code 86): its report is printed by the exit handler above, and a
+// test waiting for the dead process would otherwise hang until ctest's timeout.
+export function trackProcess(child, what) {
+  if (!SANITIZE || !child?.pid) {
+    return;
   }
+  started.set(child.pid, what);
+  child.once('exit', (code) => {
+    if (code === SANITIZER_EXIT_CODE) {
+      process.stderr.write(`\na sanitizer stopped pid ${child.pid} (${what}): ending the test file\n`);
+      process.exit(1);
+    }
+  });
 }
 
 // The reports written so far: [{pid, what, text}].

@@ -5,7 +5,8 @@
 // process starts, adds log_path=<temp dir>/report to both options. Every sanitized process the
 // test file starts, directly or not (a gateway, an agent, the agents a gateway starts for
 // models[].local, a `--check` run), then writes any AddressSanitizer, LeakSanitizer or
-// UndefinedBehaviorSanitizer report to report.<pid> in that directory. When the test file's process
+// UndefinedBehaviorSanitizer report to report.<pid> in that directory (UBSan, inside the ASan
+// runtime, writes to stderr instead: trackProcess() keeps a started child's stderr for it). When the test file's process
 // exits, each report is printed and the file fails (exit code 1), whether or not the test that
 // started the process noticed: a report is a defect even when the answer looked right.
 //
@@ -54,9 +55,16 @@ export function trackProcess(child, what) {
     return;
   }
   started.set(child.pid, what);
+  // UndefinedBehaviorSanitizer in the ASan runtime ignores log_path and writes to stderr: keep
+  // the tail of each child's stderr for that.
+  let tail = '';
+  child.stderr?.on('data', (chunk) => {
+    tail = (tail + chunk.toString()).slice(-20000);
+  });
   child.once('exit', (code) => {
-    if (code === SANITIZER_EXIT_CODE) {
-      process.stderr.write(`\na sanitizer stopped pid ${child.pid} (${what}): ending the test file\n`);
+    if (code === SANITIZER_EXIT_CODE || /runtime error:/.test(tail)) {
+      const ub = tail.split('\n').filter((l) => /runtime error:|^\s+#\d+ /.test(l)).join('\n');
+      process.stderr.write(`\na sanitizer stopped pid ${child.pid} (${what}): ending the test file\n${ub}\n`);
       process.exit(1);
     }
   });

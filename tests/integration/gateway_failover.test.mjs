@@ -295,7 +295,8 @@ describe('after content reached the client', () => {
       },
     });
     assert.equal(stream.status, 200);
-    const record = fakes.long.requestsWith('leaver')[0];
+    // '"leaver"' with its quotes: the previous test's "prefill-leaver" contains leaver too.
+    const record = fakes.long.requestsWith('"leaver"')[0];
     await fakes.long.waitFor(() => record.closedEarly, { what: 'the replica connection to close' });
     assert.ok(left);
     assert.ok(record.chunksSent < 1000, 'the replica stopped generating long before the end');

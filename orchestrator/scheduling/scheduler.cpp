@@ -411,7 +411,7 @@ Scheduler::Place Scheduler::enqueue(Model& m, Waiter waiter) {
   return place;
 }
 
-void Scheduler::dequeue(const Place& place) {
+void Scheduler::dequeue(Place place) {
   Model& m = *place.model;
   Waiter& w = *place.it;
   if (w.held) {

@@ -291,7 +291,8 @@ class Scheduler {
   std::vector<Grant> dispatch_all();
 
   Place enqueue(Model& m, Waiter waiter);
-  void dequeue(const Place& place);
+  // By value: the caller's Place may be the entry in waiting_ that dequeue erases.
+  void dequeue(Place place);
   void settle_band(Band& band);
   double weight(const std::string& tenant) const;
 

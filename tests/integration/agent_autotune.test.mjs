@@ -346,11 +346,18 @@ suite('engine.autotune with the real llama-server', () => {
     const agent = await startAgent('stopped', { threads: [1, 2], batch_size: [64, 128] });
     agents.push(agent);
     const candidate = await agent.waitForLog((l) => l.msg === 'autotune: engine started', { what: 'a candidate started' });
-    const t0 = Date.now();
     agent.proc.kill('SIGTERM');
-    const { code } = await agent.exited;
+    // No duration bound (it measured the machine: a candidate busy with its reference job may
+    // take the agent's whole 5 s grace before SIGKILL, and the agent then exits): the deadline is
+    // only there to fail rather than hang.
+    let timer;
+    const { code } = await Promise.race([
+      agent.exited,
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`the agent did not exit after SIGTERM\n${agent.text.slice(-2000)}`)), 30000);
+      }),
+    ]).finally(() => clearTimeout(timer));
     assert.equal(code, 0, agent.text.slice(-2000));
-    assert.ok(Date.now() - t0 < 6000, `stopped in ${Date.now() - t0} ms`);
     assert.ok(!alive(candidate.pid), 'the candidate llama-server is gone');
     assert.ok(!agent.logs.some((l) => l.msg === 'engine started'), 'no engine started after the signal');
   });

@@ -56,7 +56,9 @@ describe('failover before any content reached the client', () => {
         { name: 'lone-partial', endpoints: [fakes.lonePartial.url] },
       ],
       routing: { retries: 2, queue_timeout: '10s' },
-      upstream: { connect_timeout: '2s', first_byte_timeout: '500ms', idle_timeout: '2s' },
+      // first_byte_timeout: long enough that a good replica on a loaded machine (or under the
+      // sanitizers) never trips it, short enough that the hanging one costs little.
+      upstream: { connect_timeout: '2s', first_byte_timeout: '1500ms', idle_timeout: '2s' },
     });
   });
   after(async () => {
@@ -215,7 +217,8 @@ describe('after content reached the client', () => {
     fakes.breakA = await startFakeReplica({ name: 'breakA', mode: { type: 'break', chunks: 5, afterChunks: 2, intervalMs: 30 } });
     fakes.breakB = await startFakeReplica({ name: 'breakB', mode: { type: 'break', chunks: 5, afterChunks: 2, intervalMs: 30 } });
     fakes.stall = await startFakeReplica({ name: 'stall', mode: { type: 'stream', chunks: 3, intervalMs: 3000 } });
-    fakes.long = await startFakeReplica({ name: 'long', mode: { type: 'stream', chunks: 200, intervalMs: 50 } });
+    // 100 s of stream: the client leaving always comes long before its end, however loaded the machine.
+    fakes.long = await startFakeReplica({ name: 'long', mode: { type: 'stream', chunks: 2000, intervalMs: 50 } });
     gw = await startGateway({
       models: [
         { name: 'breaks', endpoints: [fakes.breakA.url, fakes.breakB.url] },
@@ -292,10 +295,11 @@ describe('after content reached the client', () => {
       },
     });
     assert.equal(stream.status, 200);
-    const record = fakes.long.requestsWith('leaver')[0];
+    // '"leaver"' with its quotes: the previous test's "prefill-leaver" contains leaver too.
+    const record = fakes.long.requestsWith('"leaver"')[0];
     await fakes.long.waitFor(() => record.closedEarly, { what: 'the replica connection to close' });
     assert.ok(left);
-    assert.ok(record.chunksSent < 100, 'the replica stopped generating long before the end');
+    assert.ok(record.chunksSent < 1000, 'the replica stopped generating long before the end');
     // The only slot is free again.
     const next = await postJson(gw.publicUrl, '/v1/chat/completions', chat('long', { tag: 'next', fake: { type: 'json' } }), { timeoutMs: 5000 });
     assert.equal(next.status, 200);
@@ -311,7 +315,7 @@ describe('keep-alive comments', () => {
 
   before(async () => {
     fakes.one = await startFakeReplica({ name: 'one' });
-    fakes.slow = await startFakeReplica({ name: 'slow', mode: { delayMs: 700 } });
+    fakes.slow = await startFakeReplica({ name: 'slow' });
     fakes.hang = await startFakeReplica({ name: 'hangK', mode: { type: 'hang' } });
     fakes.good = await startFakeReplica({ name: 'goodK' });
     gw = await startGateway({
@@ -360,9 +364,10 @@ describe('keep-alive comments', () => {
   });
 
   test('a queue timeout after keep-alive comments ends the stream with an error event', async () => {
-    // The slot is taken by a long stream (40 events, 100 ms apart): busy, but never timing out.
+    // The slot is taken by a long stream (400 events, 100 ms apart: 40 s, far longer than the 2 s
+    // queue_timeout however loaded the machine): busy, but never timing out. Dropped at the end.
     const holder = await openStream(`${gw.publicUrl}/v1/chat/completions`, {
-      body: chat('one', { tag: 'holder2', stream: true, fake: { type: 'stream', chunks: 40, intervalMs: 100 } }),
+      body: chat('one', { tag: 'holder2', stream: true, fake: { type: 'stream', chunks: 400, intervalMs: 100 } }),
     });
     await fakes.one.waitFor((f) => f.requestsWith('holder2').length === 1, { what: 'the holder' });
     const { status, text, requestId } = await streamText(gw, chat('one', { tag: 'late-waiter', stream: true }));
@@ -379,10 +384,22 @@ describe('keep-alive comments', () => {
   });
 
   test('keep-alive comments also flow while waiting for the first byte', async () => {
-    const { status, text } = await streamText(gw, chat('slow', { stream: true }));
-    assert.equal(status, 200);
-    assert.ok((text.match(/^: ?keep-alive/gm) ?? []).length >= 2, text.slice(0, 200));
-    assert.equal(withoutComments(text), fakes.slow.requests.at(-1).sentPlain);
+    // The replica holds its answer until the client has seen two comments (an event, not a time;
+    // first_byte_timeout 1500ms is far longer than two 200 ms intervals).
+    let released = false;
+    const stream = await openStream(`${gw.publicUrl}/v1/chat/completions`, {
+      body: chat('slow', { tag: 'first-byte-waiter', stream: true, fake: { type: 'hold' } }),
+      onData: (_, s) => {
+        if (!released && (s.text().match(/^: ?keep-alive/gm) ?? []).length >= 2) {
+          released = true;
+          fakes.slow.release();
+        }
+      },
+    });
+    assert.equal(stream.status, 200);
+    const text = await stream.done;
+    assert.ok(released, 'two comments before the first byte');
+    assert.equal(withoutComments(text), fakes.slow.requestsWith('first-byte-waiter')[0].sentPlain);
   });
 
   test('keep-alive comments do not count as content: a request is still retried after them', async () => {

@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test';
 
 import { startFakeReplica } from './lib/fake_replica.mjs';
 import {
-  eventually, makeTempDir, makeTestCerts, openAiError, openStream, postJson, removeDir, request, sleep, startGateway, stopChecked,
+  eventually, makeTempDir, makeTestCerts, openAiError, openStream, postJson, removeDir, request, startGateway, stopChecked,
 } from './lib/gateway.mjs';
 
 const REPLICA_KEY = 'replica-secret-7f3a';
@@ -317,7 +317,10 @@ describe('pass-through', () => {
       assert.equal(res.text, shortKeepAlive.requests.at(-1).sent);
       const log = await gw.requestLog(res.requestId);
       assert.equal(log.attempts, 1, 'a stale pooled connection is not a failed attempt');
-      await sleep(250); // longer than the replica's 100 ms keep-alive timeout
+      // The replica closes the idle connection after its 100 ms keep-alive timeout: wait for that
+      // (an event), so the next request finds a stale pooled connection.
+      const socket = shortKeepAlive.recordSockets.get(shortKeepAlive.requests.at(-1));
+      await eventually(() => socket.destroyed, { what: 'the replica to close the idle connection' });
     }
     assert.equal(shortKeepAlive.requests.length, 4);
   });

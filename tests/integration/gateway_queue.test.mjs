@@ -144,10 +144,13 @@ describe('queue limits and departures', () => {
     const waited = Date.now() - started;
     assert.equal(late.status, 503, late.text);
     openAiError(late);
-    assert.ok(waited >= 700 && waited < 5000, `answered after ${waited} ms for an 800 ms queue_timeout`);
+    // Not sooner than queue_timeout (a lower bound holds however loaded the machine); that it was
+    // the queue timeout that answered is in the log line below.
+    assert.ok(waited >= 750, `answered after ${waited} ms for an 800 ms queue_timeout`);
     assert.equal(replica.requestsWith('too-late').length, 0, 'the timed-out request never reached the replica');
     const log = await gw.requestLog(late.requestId);
     assert.equal(log.status, 503);
+    assert.equal(log.outcome, 'queue_timeout');
     replica.release();
     assert.equal((await holder.response).status, 200);
   });

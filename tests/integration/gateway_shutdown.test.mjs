@@ -50,7 +50,6 @@ describe('graceful shutdown on SIGTERM', () => {
     const adminBefore = await request(`${gw.adminUrl}/healthz`);
     assert.equal(adminBefore.status, 200);
 
-    const signalledAt = Date.now();
     process.kill(gw.pid, 'SIGTERM');
     await gw.waitForLog((l) => /shutting down|drain/i.test(l.msg ?? ''), { what: 'the shutdown log line' });
 
@@ -67,8 +66,10 @@ describe('graceful shutdown on SIGTERM', () => {
 
     const code = await gw.exited;
     assert.equal(code, 0, `exit code ${code}, signal ${gw.signal}`);
-    const elapsed = Date.now() - signalledAt;
-    assert.ok(elapsed < 8000, `exited ${elapsed} ms after SIGTERM: it should not wait for drain_timeout once idle`);
+    // It did not wait for drain_timeout once idle: the drain ended with the last request (the
+    // event it logs), not with the deadline. (A duration would measure the machine.)
+    assert.ok(gw.logs.some((l) => l.msg === 'drained: every request finished'), 'drained when the last request ended');
+    assert.ok(!gw.logs.some((l) => /drain deadline passed/.test(l.msg ?? '')), 'not by the drain deadline');
     assert.ok(replica.requests.every((r) => !r.closedEarly), 'no upstream exchange was cut');
   });
 });
@@ -100,7 +101,9 @@ describe('drain deadline', () => {
     const code = await gw.exited;
     const elapsed = Date.now() - signalledAt;
     assert.equal(code, 0);
-    assert.ok(elapsed >= 400 && elapsed < 5000, `exited after ${elapsed} ms for a 500 ms drain_timeout`);
+    // Not before the deadline (a lower bound holds however loaded the machine), and ended by it.
+    assert.ok(elapsed >= 450, `exited after ${elapsed} ms for a 500 ms drain_timeout`);
+    assert.ok(gw.logs.some((l) => /drain deadline passed/.test(l.msg ?? '')), 'the drain deadline closed the request');
     const outcome = await stuck;
     // The client is not left hanging: an error answer or a closed connection.
     assert.ok(outcome.error || outcome.status >= 500, JSON.stringify(outcome));
@@ -121,9 +124,10 @@ describe('idle gateway', () => {
     idle.write('GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n');
     await new Promise((r) => idle.once('data', r));
     t.after(() => idle.destroy());
-    const started = Date.now();
     const code = await gw.stop();
     assert.equal(code, 0);
-    assert.ok(Date.now() - started < 3000, `took ${Date.now() - started} ms`);
+    // At once: the idle connection did not hold the drain until its 10 s deadline.
+    assert.ok(gw.logs.some((l) => l.msg === 'drained: every request finished'), 'drained at once');
+    assert.ok(!gw.logs.some((l) => /drain deadline passed/.test(l.msg ?? '')), 'not by the drain deadline');
   });
 });

@@ -103,7 +103,7 @@ describe('agent registration', () => {
       assert.equal(healthy.from, 'joining');
       await eventually(() => served(phone).length > 0, { timeoutMs: 5000, what: 'a request routed to the registered phone' });
       const routedAt = Date.now();
-      figure(t, 'time from registration to healthy (interval 200ms, healthy_after 2)', `${healthyAt - registeredAt} ms`);
+      figure(t, 'time from registration to healthy (interval 500ms, healthy_after 2)', `${healthyAt - registeredAt} ms`);
       figure(t, 'time from registration to the first routed request', `${routedAt - registeredAt} ms`);
       await load.waitForMore(20);
       assert.equal((await replicaByUrl(gw, phone.url)).slots, 2, 'slots_total from the probe body sets the slots');
@@ -368,8 +368,10 @@ describe('heartbeat expiry', () => {
     const { id, secret } = res.json;
     let beating = true;
     let count = 0;
+    let lastSentAt = null;
     const beats = (async () => {
       while (beating) {
+        lastSentAt = Date.now();
         assert.equal((await heartbeat(gw, id, { secret })).status, 200);
         ++count;
         await new Promise((resolve) => setTimeout(resolve, 100));
@@ -381,11 +383,11 @@ describe('heartbeat expiry', () => {
     };
     heartbeats.push(stop);
     await waitForState(gw, phone.url, 'healthy', { timeoutMs: 5000 });
-    return { phone, id, secret, stop, beats: () => count };
+    return { phone, id, secret, stop, beats: () => count, lastSentAt: () => lastSentAt };
   }
 
   test('a replica that stops sending heartbeats goes unhealthy, then is removed', async (t) => {
-    const { phone, id, stop, beats } = await beatingPhone('phone1');
+    const { phone, id, stop, beats, lastSentAt } = await beatingPhone('phone1');
     // Heartbeats for 4 intervals (12 beats 100 ms apart) keep it healthy.
     const from = beats();
     await eventually(() => beats() >= from + 12, { what: '12 more heartbeats' });
@@ -401,7 +403,9 @@ describe('heartbeat expiry', () => {
     const removedAt = Date.now();
     figure(t, 'time from the last heartbeat to unhealthy (interval 300ms, 3 missed)', `${downAt - stoppedAt} ms`);
     figure(t, 'time from the last heartbeat to removal (expire_after 2s)', `${removedAt - stoppedAt} ms`);
-    assert.ok(removedAt - stoppedAt >= 1500, 'not removed before expire_after');
+    // A lower bound that load cannot break: the gateway received the last heartbeat after it was
+    // sent, and removes the replica expire_after (2 s) after that at the earliest.
+    assert.ok(removedAt - lastSentAt() >= 1990, `not removed before expire_after: ${removedAt - lastSentAt()} ms`);
     assert.equal(await replicaByUrl(gw, phone.url), undefined, 'gone from the replica list');
     assert.equal(stateChanges(gw, id).at(-1).to, 'gone');
     const before = served(phone).length;

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import { startFakeReplica } from './lib/fake_replica.mjs';
-import { eventually, metricValue, request, sleep, startGateway } from './lib/gateway.mjs';
+import { eventually, metricValue, request, startGateway } from './lib/gateway.mjs';
 import {
   FAST_HEALTH, Load, TOKEN_ENV, chat, figure, fleet, reload, replicaByUrl, replicas, rewriteConfig, served,
 } from './lib/lifecycle_util.mjs';
@@ -213,8 +213,8 @@ describe('SIGHUP reload: endpoints changing model, and coming back', () => {
     // y leaves model p and joins model q.
     rewriteConfig(gw, config({ p: [x.url], q: [z.url, y.url] }));
     assert.equal((await reload(gw)).msg, 'configuration reloaded');
-    await sleep(1500); // more than a sweep, so that a pending removal is done
-    await eventually(async () => (await replicaByUrl(gw, y.url))?.model === 'q', { timeoutMs: 2000, what: 'y listed under model q' })
+    // Once a pending removal of its model-p entry is swept (every second), y is listed under q.
+    await eventually(async () => (await replicaByUrl(gw, y.url))?.model === 'q', { timeoutMs: 10000, what: 'y listed under model q' })
       .catch(async (e) => {
         e.message += `; replicas: ${await listing()}`;
         throw e;
@@ -244,7 +244,10 @@ describe('SIGHUP reload: endpoints changing model, and coming back', () => {
     assert.equal((await reload(gw)).msg, 'configuration reloaded');
     x.release();
     assert.equal((await held).status, 200, 'the in-flight request finished');
-    await sleep(1500); // more than a sweep: a pending removal would have happened by now
+    // More than a sweep (1 s): z's probes (every 500 ms, on the same event loop as the sweep
+    // timer) mark the time; a pending removal would have happened by now.
+    const rounds = z.probes.length;
+    await eventually(() => z.probes.length >= rounds + 4, { timeoutMs: 10000, what: 'four probe rounds' });
     assert.ok(await replicaByUrl(gw, x.url), `x is in the configuration, so it stays in the fleet; replicas: ${await listing()}`);
     await eventually(async () => (await replicaByUrl(gw, x.url))?.state === 'healthy', { timeoutMs: 3000, what: 'x healthy' });
     const answer = await chat(gw, 'p', {}, { timeoutMs: 5000 });

@@ -7,6 +7,7 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 
 import { REPO_ROOT } from './gateway.mjs';
+import { trackProcess } from './sanitize.mjs';
 
 export const AGENT_BIN = process.env.FLEETGATE_AGENT_BIN ?? path.join(REPO_ROOT, 'build/bin/fleetgate-agent');
 
@@ -14,6 +15,7 @@ export const AGENT_BIN = process.env.FLEETGATE_AGENT_BIN ?? path.join(REPO_ROOT,
 // (rejects if it exits first or takes over 5 s). Non-JSON output (an engine child's) is ignored.
 export async function startAgent(args, { env = {}, scheme = 'http' } = {}) {
   const proc = spawn(AGENT_BIN, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
+  trackProcess(proc, `fleetgate-agent ${args.join(' ')}`);
   const logs = [];
   const lines = createInterface({ input: proc.stderr });
   const listening = new Promise((resolve, reject) => {

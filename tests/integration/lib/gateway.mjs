@@ -13,6 +13,8 @@ import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 
+import { SANITIZER_EXIT_CODE, sanitizerReports, trackProcess } from './sanitize.mjs';
+
 export const REPO_ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..', '..', '..');
 export const FLEETGATE_BIN = process.env.FLEETGATE_BIN || path.join(REPO_ROOT, 'build', 'bin', 'fleetgate');
 
@@ -265,6 +267,10 @@ export async function stopChecked(gw) {
   }
   const wasRunning = gw.running;
   const code = await gw.stop();
+  const reports = sanitizerReports().filter((r) => r.pid === gw.pid);
+  if (reports.length > 0 || code === SANITIZER_EXIT_CODE) {
+    throw new Error(`a sanitizer stopped the gateway (exit code ${code})\n${reports.map((r) => r.text).join('\n')}`);
+  }
   if (!wasRunning) {
     throw new Error(`the gateway died during the tests (exit code ${gw.exitCode}, signal ${gw.signal})\n${gw.stderrText.slice(-3000)}`);
   }
@@ -308,6 +314,7 @@ export async function startGateway(config, { env = {}, args = [], timeoutMs = 10
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   live.set(child.pid, child);
+  trackProcess(child, `fleetgate --config ${configPath}`);
   const gw = new Gateway(child, dir, configPath);
   const tlsPublic = typeof config === 'object' && config.server?.tls?.cert;
   try {

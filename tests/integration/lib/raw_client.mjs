@@ -8,6 +8,7 @@ import net from 'node:net';
 import path from 'node:path';
 
 import { FLEETGATE_BIN, Gateway, makeTempDir, toYaml } from './gateway.mjs';
+import { trackProcess } from './sanitize.mjs';
 
 // Gateways started here are killed by PID when the test process exits, as a backstop.
 const live = new Set();
@@ -134,6 +135,7 @@ export async function startGatewayWithFileLimit(config, { soft, hard, env = {}, 
   });
   live.add(child.pid);
   child.on('exit', () => live.delete(child.pid));
+  trackProcess(child, `fleetgate --config ${configPath} (under prlimit)`);
   const gw = new Gateway(child, dir, configPath);
   const listening = Promise.all([
     gw.waitForLog((l) => l.msg === 'listening' && l.listener === 'public', { timeoutMs, what: 'the public listening line' }),

@@ -18,9 +18,8 @@ import { startFakeReplica } from '../integration/lib/fake_replica.mjs';
 import { eventually, startGateway, stopChecked } from '../integration/lib/gateway.mjs';
 import { openFileLimits, rawConnect } from '../integration/lib/raw_client.mjs';
 import { startHostilePhone } from './lib/hostile_phone.mjs';
-import { MiB, Watch, assertAllTerminal, parseResponse, terminalAnswer } from './lib/invariants.mjs';
+import { MiB, RSS_BOUND, Watch, assertAllTerminal, parseResponse, terminalAnswer } from './lib/invariants.mjs';
 
-export const RSS_BOUND = 96 * MiB;
 const MAX_CONNECTIONS = 1100;
 const SLOWLORIS = 1000;
 const HEADER_TIMEOUT_MS = 3000;

@@ -13,10 +13,9 @@ import { after, before, describe, test } from 'node:test';
 import { startFakeReplica } from '../integration/lib/fake_replica.mjs';
 import { eventually, request, startGateway, stopChecked } from '../integration/lib/gateway.mjs';
 import { startHostilePhone } from './lib/hostile_phone.mjs';
-import { MiB, Watch, assertAllTerminal, terminalAnswer } from './lib/invariants.mjs';
+import { MiB, RSS_BOUND, Watch, assertAllTerminal, terminalAnswer } from './lib/invariants.mjs';
 
 // The bound on the gateway's resident memory under every scenario (docs/operations.md).
-export const RSS_BOUND = 96 * MiB;
 const REQUEST_TIMEOUT_MS = 4000;
 // routing.request_timeout plus a grace for a loaded 2-core machine: a request still without its
 // terminal answer then is a hang.

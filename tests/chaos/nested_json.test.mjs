@@ -15,9 +15,8 @@ import { startFakeReplica } from '../integration/lib/fake_replica.mjs';
 import { request, startGateway, stopChecked } from '../integration/lib/gateway.mjs';
 import { ADMIN_TOKEN, REGISTRATION_TOKEN, TOKEN_ENV, register } from '../integration/lib/lifecycle_util.mjs';
 import { rawConnect } from '../integration/lib/raw_client.mjs';
-import { MiB, Watch, assertAllTerminal, terminalAnswer } from './lib/invariants.mjs';
+import { MiB, RSS_BOUND, Watch, assertAllTerminal, terminalAnswer } from './lib/invariants.mjs';
 
-export const RSS_BOUND = 96 * MiB;
 const DEADLINE_MS = 20000;
 const AGENT_KEY = 'sk-chaos-agent-1';
 const TEST_TIMEOUT = { timeout: 120000 };

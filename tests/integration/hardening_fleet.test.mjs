@@ -112,7 +112,9 @@ describe('registration identity', () => {
     const { id, secret } = res.json;
     assert.match(secret, /^[0-9a-f]{64}$/, 'a 256-bit secret');
     assert.ok(!gw.stderrText.includes(secret), 'the secret is never logged');
-    for (const wrong of [undefined, '', `${secret.slice(0, -1)}0`, `${secret}0`, 'x']) {
+    // The last digit changed to another (a fixed '0' would equal the secret one time in 16).
+    const lastChanged = `${secret.slice(0, -1)}${secret.endsWith('0') ? '1' : '0'}`;
+    for (const wrong of [undefined, '', lastChanged, `${secret}0`, 'x']) {
       const hb = await heartbeat(gw, id, { secret: wrong });
       assert.equal(hb.status, 403, `heartbeat with ${JSON.stringify(wrong)}: ${hb.text}`);
       assert.equal(hb.json.error.code, 'invalid_replica_secret');

@@ -39,6 +39,19 @@ TEST(Metrics, ASuccessCountsTheRequestAndItsTimes) {
   EXPECT_EQ(sample(text, R"(fleetgate_tokens_total{kind="completion",model="m"})"), 0);
 }
 
+TEST(Metrics, TotalsPerModelFeedTheStatusPage) {
+  Metrics m;
+  m.request_done("m", "/v1/chat/completions", 200, 1, 0, 0.5);
+  m.request_done("m", "/v1/chat/completions", 503, 1, 0, -1);
+  m.request_done("", "/v1/chat/completions", 404, 0, 0, -1);
+  m.tokens("m", "prompt", 7000);
+  m.tokens("m", "completion", 4);
+  m.tokens("m", "cached", 100);
+  ASSERT_EQ(m.totals().size(), 1u);
+  EXPECT_EQ(m.totals().at("m").requests, 2u);
+  EXPECT_EQ(m.totals().at("m").tokens, 7004u);
+}
+
 TEST(Metrics, RejectionRetryAndEjectionMoveTheirCounters) {
   Metrics m;
   m.declare_model("m");

@@ -1,4 +1,6 @@
 // fleetgate: one OpenAI-compatible URL over a fleet of phone replicas. Wiring only.
+#include <unistd.h>
+
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -66,6 +68,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   fg::log::set_level(level);
+  fg::log::Format format;
+  fg::log::parse_format(config.log.format, &format, ::isatty(STDERR_FILENO) == 1);
+  fg::log::set_format(format);
 
   try {
     fg::app::Gateway gateway(std::move(config), config_path);

@@ -1,10 +1,14 @@
 // fleetgate: one OpenAI-compatible URL over a fleet of phone replicas. Wiring only.
+#include <unistd.h>
+
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "common/log/log.hpp"
 #include "orchestrator/app/gateway.hpp"
+#include "orchestrator/cli/status_command.hpp"
 #include "orchestrator/config/config.hpp"
 #include "orchestrator/embedded_config.hpp"
 
@@ -12,6 +16,7 @@ namespace {
 
 void usage(std::ostream& out) {
   out << "usage: fleetgate [--config FILE] [--check] [--log-level LEVEL] [--version]\n"
+         "       fleetgate status [--admin URL] [--token TOKEN] [--watch] (--help for more)\n"
          "  --config FILE     YAML configuration (default: the embedded config/local.yaml)\n"
          "  --check           validate the configuration and exit (0 valid, 1 invalid)\n"
          "  --log-level LEVEL debug, info, warn or error (overrides log.level)\n";
@@ -20,6 +25,9 @@ void usage(std::ostream& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "status") == 0) {
+    return fg::cli::run_status_command(std::vector<std::string>(argv + 2, argv + argc));
+  }
   std::string config_path;
   std::string log_level;
   bool check = false;
@@ -66,6 +74,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   fg::log::set_level(level);
+  fg::log::Format format;
+  fg::log::parse_format(config.log.format, &format, ::isatty(STDERR_FILENO) == 1);
+  fg::log::set_format(format);
 
   try {
     fg::app::Gateway gateway(std::move(config), config_path);

@@ -1,6 +1,8 @@
 // fleetgate-agent: the per-phone sidecar. Serves one phone's OpenAI-compatible API (a simulated
 // phone, or a local llama.cpp / OpenAI-compatible engine), enforces its slots and registers it
 // with a gateway. Wiring only.
+#include <unistd.h>
+
 #include <exception>
 #include <iostream>
 #include <string>
@@ -19,6 +21,9 @@ int main(int argc, char** argv) {
   }
   auto invocation = std::get<fg::agent::Invocation>(std::move(parsed));
   fg::log::set_level(invocation.config.log_level);
+  fg::log::Format format;
+  fg::log::parse_format(invocation.config.log_format, &format, ::isatty(STDERR_FILENO) == 1);
+  fg::log::set_format(format);
   try {
     fg::agent::Agent agent(std::move(invocation.config));
     return agent.run();

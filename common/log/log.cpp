@@ -1,6 +1,7 @@
 #include "common/log/log.hpp"
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +13,7 @@ namespace fg::log {
 namespace {
 
 std::atomic<Level> g_level{Level::info};
+std::atomic<Format> g_format{Format::json};
 
 std::string_view level_name(Level level) {
   switch (level) {
@@ -42,7 +44,106 @@ std::string timestamp() {
   return buf;
 }
 
+std::string_view level_label(Level level) {
+  switch (level) {
+    case Level::debug:
+      return "DEBUG";
+    case Level::info:
+      return "INFO ";
+    case Level::warn:
+      return "WARN ";
+    case Level::error:
+      return "ERROR";
+  }
+  return "INFO ";
+}
+
+// A bare word when it is one (letters, digits and a few marks people read as part of a value),
+// else a JSON string: quoted, with control characters, quotes and backslashes escaped, so a value
+// can neither break the line nor fake another field.
+void append_text_value(std::string& out, const nlohmann::json& value) {
+  if (value.is_string()) {
+    const auto& text = value.get_ref<const std::string&>();
+    const bool bare = !text.empty() && text.find_first_not_of(
+                                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                           "0123456789._:/-+@%,()[]") == std::string::npos;
+    if (bare) {
+      out += text;
+      return;
+    }
+  }
+  out += value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string json_line(std::string_view ts, Level level, std::string_view msg,
+                      std::initializer_list<Field> fields) {
+  nlohmann::ordered_json line = {{"ts", ts}, {"level", level_name(level)}, {"msg", msg}};
+  for (const auto& [key, value] : fields) {
+    // emplace does not overwrite: a field named "ts" or "msg" cannot forge the header.
+    line.emplace(std::string(key), value);
+  }
+  return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string text_line(std::string_view ts, Level level, std::string_view msg,
+                      std::initializer_list<Field> fields) {
+  std::string out(ts);
+  out += ' ';
+  out += level_label(level);
+  out += ' ';
+  // The message is the gateway's own text, but keep the line whole whatever it holds.
+  for (char c : msg) {
+    out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? ' ' : c;
+  }
+  for (const auto& [key, value] : fields) {
+    out += ' ';
+    for (char c : key) {
+      out += std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' ? c : '_';
+    }
+    out += '=';
+    append_text_value(out, value);
+  }
+  return out;
+}
+
 }  // namespace
+
+bool parse_format(std::string_view text, Format* out, bool stderr_is_terminal) {
+  Format format;
+  if (text == "json") {
+    format = Format::json;
+  } else if (text == "text") {
+    format = Format::text;
+  } else if (text == "auto") {
+    format = stderr_is_terminal ? Format::text : Format::json;
+  } else {
+    return false;
+  }
+  if (out != nullptr) {
+    *out = format;
+  }
+  return true;
+}
+
+std::string_view to_string(Format format) {
+  return format == Format::text ? "text" : "json";
+}
+
+std::string format_line(Format format, std::string_view ts, Level level, std::string_view msg,
+                        std::initializer_list<Field> fields) {
+  std::string line = format == Format::text ? text_line(ts, level, msg, fields)
+                                            : json_line(ts, level, msg, fields);
+  line += '\n';
+  return line;
+}
+
+void set_format(Format format) {
+  g_format.store(format, std::memory_order_relaxed);
+}
+
+Format format() {
+  return g_format.load(std::memory_order_relaxed);
+}
 
 void set_level(Level level) {
   g_level.store(level, std::memory_order_relaxed);
@@ -81,13 +182,7 @@ void write(Level level, std::string_view msg, std::initializer_list<Field> field
 void write_always(Level level, std::string_view msg, std::initializer_list<Field> fields) {
   // Logging must never take the process down, whatever the fields hold.
   try {
-    nlohmann::ordered_json line = {{"ts", timestamp()}, {"level", level_name(level)}, {"msg", msg}};
-    for (const auto& [key, value] : fields) {
-      // emplace does not overwrite: a field named "ts" or "msg" cannot forge the header.
-      line.emplace(std::string(key), value);
-    }
-    std::string text = line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-    text += '\n';
+    const std::string text = format_line(format(), timestamp(), level, msg, fields);
     // One fwrite per line: stdio locks the stream for the call, so threads never interleave.
     std::fwrite(text.data(), 1, text.size(), stderr);
     std::fflush(stderr);

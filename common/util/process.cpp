@@ -2,8 +2,10 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
@@ -45,6 +47,14 @@ pid_t spawn_child_process(std::vector<std::string> argv) {
     args.push_back(a.data());
   }
   args.push_back(nullptr);
+  // Every descriptor above stderr is closed in the child: Asio opens sockets without
+  // SOCK_CLOEXEC, so otherwise the listeners and client connections would live on in the child
+  // (holding the ports after we exit, keeping connections open). The fallback's bound is taken
+  // here: getrlimit is not async-signal-safe.
+  rlimit limit{};
+  const int max_fd = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+                         ? static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 20))
+                         : 1 << 16;
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid != 0) {
@@ -55,6 +65,11 @@ pid_t spawn_child_process(std::vector<std::string> argv) {
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != parent) {
     ::_exit(1);  // the parent died before prctl took effect
+  }
+  if (::close_range(3, ~0U, 0) != 0) {
+    for (int fd = 3; fd < max_fd; ++fd) {
+      ::close(fd);  // kernels before 5.9 (and PRoot) have no close_range
+    }
   }
   ::execv(program.c_str(), args.data());
   ::_exit(127);

@@ -13,6 +13,7 @@
 #include "common/log/log.hpp"
 #include "common/openai/errors.hpp"
 #include "common/util/text.hpp"
+#include "orchestrator/admin/static_assets.hpp"
 #include "orchestrator/fleet/fleet_manager.hpp"
 
 namespace fg::admin {
@@ -26,6 +27,7 @@ struct Reply {
   unsigned status = 200;
   std::string content_type = "application/json";
   std::string body;
+  std::vector<net::Header> headers = {};
 };
 
 Reply error_reply(unsigned status, std::string message, std::string code) {
@@ -75,6 +77,16 @@ nlohmann::json replica_json(const fleet::ReplicaView& r) {
       r.last_probe ? nlohmann::json(r.last_probe_seconds) : nlohmann::json(nullptr);
   j["last_probe_error"] =
       r.last_probe_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.last_probe_error);
+  j["state_reason"] =
+      r.state_reason.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.state_reason);
+  j["state_seconds"] = r.state_seconds;
+  if (r.speeds) {
+    j["speeds"] = {{"prefill_tokens_per_second", r.speeds->prefill_tps},
+                   {"decode_tokens_per_second", r.speeds->decode_tps},
+                   {"source", scheduling::to_string(r.speeds->source)}};
+  } else {
+    j["speeds"] = nullptr;
+  }
   j["model_check"] = model_check_name(r.model_check);
   j["reported_slots_idle"] =
       r.reported_slots_idle ? nlohmann::json(*r.reported_slots_idle) : nlohmann::json(nullptr);
@@ -100,6 +112,69 @@ nlohmann::json model_json(const fleet::ModelView& m) {
           {"queue_depth", m.queue_depth},
           {"oldest_queued_seconds", m.oldest_queued_seconds},
           {"degraded", m.degraded}};
+}
+
+// GET /admin/v1/status: what the status page and `fleetgate status` show, in one answer: the
+// fleet summary per model with its recent rates and their history, and every replica.
+nlohmann::json status_json(const AdminContext& ctx) {
+  const auto now = std::chrono::steady_clock::now();
+  auto models = nlohmann::json::array();
+  bool degraded = false;
+  for (const auto& m : ctx.fleet->models()) {
+    nlohmann::json j = model_json(m);
+    degraded = degraded || m.degraded;
+    const RatePoint recent =
+        ctx.rates != nullptr ? ctx.rates->recent(m.model, kRateWindow) : RatePoint{};
+    j["requests_per_second"] = recent.requests_per_second;
+    j["tokens_per_second"] = recent.tokens_per_second;
+    // [seconds before now at the end of the interval, requests/s, tokens/s], oldest first.
+    auto history = nlohmann::json::array();
+    if (ctx.rates != nullptr) {
+      for (const auto& p : ctx.rates->points(m.model)) {
+        history.push_back({std::chrono::duration<double>(now - p.at).count(), p.requests_per_second,
+                           p.tokens_per_second});
+      }
+    }
+    j["history"] = std::move(history);
+    models.push_back(std::move(j));
+  }
+  auto replicas = nlohmann::json::array();
+  for (const auto& r : ctx.fleet->replicas()) {
+    replicas.push_back(replica_json(r));
+  }
+  return {{"version", FLEETGATE_VERSION},
+          {"time", iso_time(std::chrono::system_clock::now())},
+          {"degraded", degraded},
+          {"rate_interval_seconds", kRateInterval.count()},
+          {"rate_window_seconds", kRateWindow.count()},
+          {"models", std::move(models)},
+          {"replicas", std::move(replicas)}};
+}
+
+// The page's files. It is a shell that fetches /admin/v1/status with the admin token; nothing in
+// it is secret. The policy allows only its own files and fetches.
+std::optional<Reply> static_reply(std::string_view path) {
+  std::string_view name;
+  if (path == "/" || path == "/status") {
+    name = "index.html";
+  } else if (path.substr(0, 8) == "/static/") {
+    name = path.substr(8);
+  } else {
+    return std::nullopt;
+  }
+  const StaticAsset* asset = find_static_asset(name);
+  if (asset == nullptr) {
+    return std::nullopt;
+  }
+  return Reply{200,
+               std::string(asset->content_type),
+               std::string(asset->body),
+               {{"Content-Security-Policy",
+                 "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                 "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"},
+                {"X-Content-Type-Options", "nosniff"},
+                {"Referrer-Policy", "no-referrer"},
+                {"Cache-Control", "no-cache"}}};
 }
 
 Reply register_reply(const fleet::RegisterResult& r) {
@@ -240,6 +315,14 @@ Reply route_api(AdminContext& ctx, const net::Request& request, std::string_view
     }
     return json_reply(200, nlohmann::json{{"models", models}});
   }
+  if (path == "/admin/v1/status") {
+    if (method != http::verb::get) {
+      return error_reply(405, "use GET", "method_not_allowed");
+    }
+    Reply reply = json_reply(200, status_json(ctx));
+    reply.headers.push_back({"Cache-Control", "no-store"});
+    return reply;
+  }
   if (!rest.empty()) {
     auto slash = rest.find('/');
     std::string id(rest.substr(0, slash));
@@ -285,6 +368,9 @@ Reply route(AdminContext& ctx, const net::Request& request) {
   }
   if (path == "/metrics") {
     return {200, "text/plain; version=0.0.4; charset=utf-8", ctx.metrics->scrape()};
+  }
+  if (auto page = static_reply(path)) {
+    return std::move(*page);
   }
   return {404, "application/json",
           openai::error_body("no admin route for " + std::string(path), "invalid_request_error",
@@ -340,7 +426,8 @@ std::optional<net::ErrorReply> admin_head_refusal(const AdminContext* ctx,
 
 asio::awaitable<bool> serve_admin_request(AdminContext* ctx, net::ServerRequest r) {
   Reply reply = route(*ctx, *r.request);
-  co_await r.writer->send_full(reply.status, reply.content_type, std::move(reply.body));
+  co_await r.writer->send_full(reply.status, reply.content_type, std::move(reply.body),
+                               std::move(reply.headers));
   co_return r.writer->keep_alive() && r.writer->finished();
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -92,7 +93,8 @@ Gateway::Gateway(config::Config config, std::string config_path)
       broker_(scheduler_),
       signals_(io_, SIGTERM, SIGINT),
       hangup_(io_, SIGHUP),
-      drain_timer_(io_) {
+      drain_timer_(io_),
+      rate_timer_(io_) {
   const config::Config& current = configs_.current();
   descriptor_limit_ = net::raise_descriptor_limit();
   if (auto problem = net::check_descriptor_budget(descriptor_budget(current), descriptor_limit_,
@@ -130,6 +132,7 @@ Gateway::Gateway(config::Config config, std::string config_path)
   admin_ctx_.registry = &registry_;
   admin_ctx_.scheduler = &scheduler_;
   admin_ctx_.metrics = &metrics_;
+  admin_ctx_.rates = &rates_;
   fleet_ = std::make_unique<fleet::FleetManager>(
       io_.get_executor(), &configs_, registry_, scheduler_, metrics_, upstream_tls_.get(),
       proxy_ctx_.upstream_authorization,
@@ -243,6 +246,24 @@ void Gateway::wait_for_hangup() {
   });
 }
 
+void Gateway::sample_rates() {
+  std::map<std::string, admin::Totals> totals;
+  const auto& counted = metrics_.totals();
+  for (const auto& model : configs_.current().models) {
+    auto it = counted.find(model.name);
+    totals[model.name] = it == counted.end()
+                             ? admin::Totals{}
+                             : admin::Totals{it->second.requests, it->second.tokens};
+  }
+  rates_.sample(std::chrono::steady_clock::now(), totals);
+  rate_timer_.expires_after(admin::kRateInterval);
+  rate_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) {
+      sample_rates();
+    }
+  });
+}
+
 void Gateway::begin_shutdown(int signal_number) {
   if (shutting_down_) {
     log::warn("second signal: stopping now", {{"signal", signal_number}});
@@ -312,6 +333,7 @@ int Gateway::run() {
     }
   });
   wait_for_hangup();
+  sample_rates();
   io_.run();
   local_fleet_->kill_now();
   log::info("stopped");

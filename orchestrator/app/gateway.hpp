@@ -40,6 +40,8 @@ class Gateway {
   void begin_shutdown(int signal_number);
   void reload();
   void wait_for_hangup();
+  // Samples every model's request and token totals for the status page's rates.
+  void sample_rates();
 
   // Order matters. State that suspended coroutines touch when they are destroyed (sessions,
   // scheduler, broker) is declared before io_, so it outlives it: the io_context destroys the
@@ -61,6 +63,7 @@ class Gateway {
   proxy::ProxyContext proxy_ctx_;
   net::SessionHooks public_hooks_;
   admin::AdminContext admin_ctx_;
+  admin::RateHistory rates_{admin::kRateSamples};
   // RLIMIT_NOFILE after raising it at start; the connection caps must fit in it.
   std::uint64_t descriptor_limit_ = 0;
 
@@ -73,6 +76,7 @@ class Gateway {
   boost::asio::signal_set signals_;
   boost::asio::signal_set hangup_;
   boost::asio::steady_timer drain_timer_;
+  boost::asio::steady_timer rate_timer_;
   bool shutting_down_ = false;
 };
 

@@ -54,8 +54,9 @@ const std::vector<std::string> kUpstreamKeys = {"api_key_env",     "ca_file",
                                                 "idle_timeout",    "max_idle_per_replica",
                                                 "max_event_bytes", "max_response_bytes",
                                                 "dns_cache_ttl"};
-const std::vector<std::string> kLogKeys = {"level"};
+const std::vector<std::string> kLogKeys = {"level", "format"};
 const std::vector<std::string> kLogLevels = {"debug", "info", "warn", "error"};
+const std::vector<std::string> kLogFormats = {"auto", "json", "text"};
 
 constexpr const char* kListenExample = "127.0.0.1:8080";
 constexpr const char* kEndpointExample = "https://a1b2c3.acu.run";
@@ -114,7 +115,9 @@ class Parser {
       s.read_bool("request_stream_usage", config.metrics.request_stream_usage);
     }
     if (const Value* v = top.find("log")) {
-      v->map(kLogKeys).read_one_of("level", config.log.level, kLogLevels);
+      const Map s = v->map(kLogKeys);
+      s.read_one_of("level", config.log.level, kLogLevels);
+      s.read_one_of("format", config.log.format, kLogFormats);
     }
     check_listeners(root, config);
     return config;

@@ -134,6 +134,7 @@ struct UpstreamConfig {
 
 struct LogConfig {
   std::string level = "info";
+  std::string format = "auto";  // json, text, or auto: text when stderr is a terminal
 };
 
 struct Config {

@@ -153,6 +153,8 @@ void FleetManager::apply(const std::optional<health::Transition>& transition) {
                                       {"to", health::to_string(transition->to)},
                                       {"reason", transition->reason}});
   metrics_.replica_state_change(replica->model, std::string(health::to_string(transition->to)));
+  replica->state_reason = transition->reason;
+  replica->state_since = Clock::now();
   if (scheduler_.has_replica(transition->id)) {
     deliver_(scheduler_.set_routable(transition->id, transition->to == State::healthy));
   }
@@ -469,6 +471,8 @@ ReplicaView FleetManager::view_of(const Replica& replica) const {
   v.model = replica.model;
   v.url = replica.url.to_string();
   v.state = tracker_.state(replica.id);
+  v.state_reason = replica.state_reason;
+  v.state_seconds = std::chrono::duration<double>(Clock::now() - replica.state_since).count();
   v.source = replica.source;
   v.slots = replica.slots;
   v.in_flight = scheduler_.in_flight(replica.id);
@@ -476,6 +480,10 @@ ReplicaView FleetManager::view_of(const Replica& replica) const {
   v.requests = replica.requests;
   v.failures = replica.failures;
   v.tokens_per_second = replica.tokens_per_second;
+  if (auto speeds = scheduler_.speeds(replica.id);
+      speeds && speeds->source != scheduling::SpeedSnapshot::Source::configured_default) {
+    v.speeds = speeds;
+  }
   v.last_probe = replica.last_probe;
   v.last_probe_seconds = replica.last_probe_seconds;
   v.last_probe_error = replica.last_probe_error;

@@ -13,6 +13,7 @@
 #include "orchestrator/fleet/registrations.hpp"
 #include "orchestrator/health/health_tracker.hpp"
 #include "orchestrator/health/probe_body.hpp"
+#include "orchestrator/scheduling/speed_model.hpp"
 
 namespace fg::fleet {
 
@@ -21,6 +22,8 @@ struct ReplicaView {
   std::string model;
   std::string url;
   health::State state = health::State::joining;
+  std::string state_reason;  // why it is in that state ("" before the first change)
+  double state_seconds = 0;  // how long it has been in it
   Source source = Source::config;
   std::uint32_t slots = 0;
   std::uint32_t in_flight = 0;
@@ -28,6 +31,9 @@ struct ReplicaView {
   std::uint64_t requests = 0;
   std::uint64_t failures = 0;
   double tokens_per_second = 0;
+  // The scheduler's speeds for it, when measured by its agent or learned from its answers (not
+  // the configured defaults).
+  std::optional<scheduling::SpeedSnapshot> speeds;
   std::optional<std::chrono::system_clock::time_point> last_probe;
   double last_probe_seconds = 0;
   std::string last_probe_error;

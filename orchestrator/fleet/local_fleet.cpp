@@ -166,21 +166,13 @@ void LocalFleet::launch(const std::string& model, std::uint32_t index,
 void LocalFleet::spawn(Agent& agent) {
   const double drain_s =
       std::chrono::duration<double>(configs_->current().server.drain_timeout).count();
-  std::vector<std::string> args = {agent_binary_,
-                                   "--listen",
-                                   address_of(agent.port),
-                                   "--model",
-                                   agent.model,
-                                   "--profile",
-                                   agent.settings.profile,
-                                   "--time-scale",
-                                   format_number(agent.settings.time_scale),
-                                   "--seed",
-                                   std::to_string(agent.index + 1),
-                                   "--drain-timeout",
-                                   format_number(drain_s),
-                                   "--log-level",
-                                   "warn"};
+  std::vector<std::string> args = {agent_binary_, "--listen", address_of(agent.port), "--model",
+                                   agent.model, "--profile", agent.settings.profile, "--time-scale",
+                                   format_number(agent.settings.time_scale), "--seed",
+                                   std::to_string(agent.index + 1), "--drain-timeout",
+                                   format_number(drain_s), "--log-level", "warn",
+                                   // The agents write to the gateway's stderr: same format.
+                                   "--log-format", std::string(log::to_string(log::format()))};
   if (agent.settings.slots != 0) {
     args.push_back("--slots");
     args.push_back(std::to_string(agent.settings.slots));

@@ -51,6 +51,10 @@ struct Replica {
   health::ModelCheck model_check = health::ModelCheck::unverified;
   std::optional<std::uint32_t> reported_slots_idle;
   double tokens_per_second = 0;  // completion tokens per second of recent requests
+  // Why it is in its state now (the health tracker's reason of the last change; "" before one),
+  // and since when.
+  std::string state_reason;
+  Clock::time_point state_since = Clock::now();
 
   // The probe loop's timer, so that removal can wake it (and so end it) at once.
   std::function<void()> stop_probe;

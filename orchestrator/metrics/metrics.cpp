@@ -188,6 +188,9 @@ void Metrics::request_done(const std::string& model, const std::string& endpoint
     it = requests_by_key_.emplace(std::move(key), counter).first;
   }
   it->second->Increment();
+  if (!model.empty()) {
+    ++totals_[model].requests;
+  }
   if (model.empty()) {
     return;
   }
@@ -213,6 +216,9 @@ void Metrics::queue_rejection(const std::string& model, const std::string& reaso
 
 void Metrics::tokens(const std::string& model, const std::string& api, const std::string& kind,
                      double count) {
+  if (!model.empty() && count > 0 && (kind == "prompt" || kind == "completion")) {
+    totals_[model].tokens += static_cast<std::uint64_t>(count);
+  }
   std::string key = model;
   key += '\n';
   key += api;

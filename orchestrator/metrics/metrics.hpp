@@ -1,6 +1,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -72,6 +73,14 @@ class Metrics {
   // Drops every series of a replica that left the fleet.
   void forget_replica(const std::string& model, const std::string& replica);
 
+  // Requests finished and tokens (prompt + completion) reported per model since start, for the
+  // status page's rates. Only models that named a configured model ("" is left out).
+  struct ModelTotals {
+    std::uint64_t requests = 0;
+    std::uint64_t tokens = 0;
+  };
+  const std::map<std::string, ModelTotals>& totals() const { return totals_; }
+
   // Prometheus text exposition format.
   std::string scrape();
   std::function<void()> before_scrape;
@@ -119,6 +128,7 @@ class Metrics {
   std::unordered_map<std::string, ModelSeries> per_model_;
   std::unordered_map<std::string, prometheus::Counter*> requests_by_key_;
   std::unordered_map<std::string, prometheus::Counter*> tokens_by_key_;
+  std::map<std::string, ModelTotals> totals_;
 };
 
 }  // namespace fg::metrics

@@ -24,8 +24,9 @@ const std::vector<std::string> kAutotuneKeys = {"threads", "batch_size", "prompt
                                                 "predict_tokens"};
 const std::vector<std::string> kGatewayKeys = {"url", "token_env"};
 const std::vector<std::string> kTlsKeys = {"cert", "key"};
-const std::vector<std::string> kLogKeys = {"level"};
+const std::vector<std::string> kLogKeys = {"level", "format"};
 const std::vector<std::string> kLogLevels = {"debug", "info", "warn", "error"};
+const std::vector<std::string> kLogFormats = {"auto", "json", "text"};
 
 // Flags and the key each one sets. --config, --check, --help and --version are handled apart.
 struct FlagKey {
@@ -55,6 +56,7 @@ const std::vector<FlagKey> kFlags = {
     {"--tls-key", "tls.key"},
     {"--api-key-env", "api_key_env"},
     {"--log-level", "log.level"},
+    {"--log-format", "log.format"},
     {"--drain-timeout", "drain_timeout"},
 };
 
@@ -177,6 +179,8 @@ void apply_value(AgentConfig& c, const std::string& key, const yaml::Scalar& v, 
     c.tls.key = v.string();
   } else if (key == "log.level") {
     log::parse_level(v.one_of(kLogLevels), &c.log_level);
+  } else if (key == "log.format") {
+    c.log_format = v.one_of(kLogFormats);
   } else if (key == "drain_timeout") {
     // Flags only: "--drain-timeout 1.5" is seconds, as for timeout(1) and friends.
     if (from_flag) {
@@ -442,6 +446,7 @@ std::string usage_text() {
          "  --tls-key FILE         tls.key: and this PEM private key\n"
          "  --api-key-env V        api_key_env: env var with the bearer key for /v1/*\n"
          "  --log-level LEVEL      log.level: debug, info (default), warn or error\n"
+         "  --log-format F         log.format: json, text, or auto (default: text on a terminal)\n"
          "  --drain-timeout T      drain_timeout: time in-flight requests get after SIGTERM\n"
          "                         (30s; a bare number is seconds)\n"
          "  --help, --version\n";

@@ -80,6 +80,7 @@ struct AgentConfig {
   AgentTls tls;
   std::string api_key_env;  // env var holding the bearer key of the OpenAI routes; "" = open
   log::Level log_level = log::Level::info;
+  std::string log_format = "auto";  // json, text, or auto: text when stderr is a terminal
   std::chrono::milliseconds drain_timeout = kDefaultDrainTimeout;
 };
 

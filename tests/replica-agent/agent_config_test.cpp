@@ -101,7 +101,7 @@ TEST(AgentConfigParse, EveryKeyIsRead) {
       "gateway: {url: \"https://gw.example:9090\", token_env: FLEETGATE_AGENT_TOKEN}\n"
       "tls: {cert: a.pem, key: a.key}\n"
       "api_key_env: PHONE_KEY\n"
-      "log: {level: debug}\n"
+      "log: {level: debug, format: text}\n"
       "drain_timeout: 90s\n");
   EXPECT_EQ(c.listen.to_string(), "0.0.0.0:9001");
   EXPECT_EQ(c.model, "qwen3.5-9b-fraud");
@@ -118,6 +118,7 @@ TEST(AgentConfigParse, EveryKeyIsRead) {
   EXPECT_EQ(c.tls.key, "a.key");
   EXPECT_EQ(c.api_key_env, "PHONE_KEY");
   EXPECT_EQ(c.log_level, log::Level::debug);
+  EXPECT_EQ(c.log_format, "text");
   EXPECT_EQ(c.drain_timeout.count(), 90000);
 }
 

@@ -80,6 +80,7 @@ TEST(AgentConfigYaml, AFlagAndItsKeyReadValuesTheSameWay) {
        "digit), got \"1KEY\""},
       {"log.level", "--log-level", "loud",
        "expected one of debug, info, warn, error, got \"loud\""},
+      {"log.format", "--log-format", "xml", "expected one of auto, json, text, got \"xml\""},
       {"public_url", "--public-url", "ftp://x",
        "invalid URL \"ftp://x\": scheme must be http or https (expected an http(s) URL such as "
        "https://a1b2c3.acu.run)"},

@@ -13,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 
 #include "common/util/process.hpp"
 
@@ -69,6 +72,21 @@ TEST_P(ChildWatcherTest, AChildThatExitedBeforeItWasWatchedIsReported) {
   watcher.watch(pid, [&](int s) { status = s; });
   ASSERT_TRUE(run_until(io, [&] { return status.has_value(); }));
   EXPECT_EQ(exit_code(*status), 4);
+}
+
+// Asio's sockets have no FD_CLOEXEC: a child must not inherit the listeners (issue 15).
+TEST_P(ChildWatcherTest, AChildInheritsNoDescriptorButTheStandardOnes) {
+  asio::ip::tcp::acceptor listener(io, {asio::ip::make_address("127.0.0.1"), 0});
+  const int fd = listener.native_handle();
+  ASSERT_EQ(::fcntl(fd, F_GETFD) & FD_CLOEXEC, 0) << "the test needs a descriptor without CLOEXEC";
+  std::optional<int> status;
+  // Exit 0 when the child's descriptor is closed, 7 when it is still open.
+  const pid_t pid = shell("if [ -e /proc/$$/fd/" + std::to_string(fd) +
+                          " ]; then exit 7; fi; [ -e /proc/$$/fd/2 ]");
+  ASSERT_GT(pid, 0);
+  watcher.watch(pid, [&](int s) { status = s; });
+  ASSERT_TRUE(run_until(io, [&] { return status.has_value(); }));
+  EXPECT_EQ(exit_code(*status), 0);
 }
 
 TEST_P(ChildWatcherTest, TerminateSendsSigterm) {

@@ -79,6 +79,7 @@ TEST(ConfigDefaults, MinimalFileGetsStructDefaults) {
   EXPECT_EQ(c.upstream.max_response_bytes, 64u * 1024 * 1024);
   EXPECT_EQ(c.upstream.dns_cache_ttl, milliseconds(30'000));
   EXPECT_EQ(c.log.level, "info");
+  EXPECT_EQ(c.log.format, "auto");
   ASSERT_EQ(c.models.size(), 1u);
   EXPECT_EQ(c.models[0].name, "m");
   EXPECT_EQ(c.models[0].replicas, 0u);
@@ -205,6 +206,14 @@ TEST(ConfigParse, LogLevelsAccepted) {
   for (const char* level : {"debug", "info", "warn", "error"}) {
     EXPECT_EQ(load(std::string(kModels) + "log: {level: " + level + "}").log.level, level);
   }
+}
+
+TEST(ConfigParse, LogFormatsAccepted) {
+  for (const char* format : {"auto", "json", "text"}) {
+    EXPECT_EQ(load(std::string(kModels) + "log: {format: " + format + "}").log.format, format);
+  }
+  EXPECT_EQ(error_of(std::string(kModels) + "log: {format: xml}"),
+            "t.yaml:3: log.format: expected one of auto, json, text, got \"xml\"");
 }
 
 TEST(ConfigParse, EmptyEnvNamesMeanUnset) {

@@ -63,6 +63,19 @@ TEST(Metrics, TokensAreCountedPerApiAndDeclaredAtZeroForEach) {
       1);
 }
 
+TEST(Metrics, TotalsPerModelFeedTheStatusPage) {
+  Metrics m;
+  m.request_done("m", "/v1/chat/completions", "chat", 200, 1, 0, 0.5);
+  m.request_done("m", "/v1/chat/completions", "chat", 503, 1, 0, -1);
+  m.request_done("", "/v1/chat/completions", "chat", 404, 0, 0, -1);
+  m.tokens("m", "chat", "prompt", 7000);
+  m.tokens("m", "chat", "completion", 4);
+  m.tokens("m", "chat", "cached", 100);
+  ASSERT_EQ(m.totals().size(), 1u);
+  EXPECT_EQ(m.totals().at("m").requests, 2u);
+  EXPECT_EQ(m.totals().at("m").tokens, 7004u);
+}
+
 TEST(Metrics, RejectionRetryAndEjectionMoveTheirCounters) {
   Metrics m;
   m.declare_model("m");

@@ -24,8 +24,9 @@ import { SANITIZE } from '../../integration/lib/sanitize.mjs';
 export const MiB = 1024 * 1024;
 // The bound on the gateway's resident memory through every chaos scenario (docs/operations.md).
 // Under ./fleet test --sanitize the gateway is an ASan build: shadow memory and the quarantine of
-// freed blocks (256 MiB by default) come on top, so there the bound only catches runaway growth.
-export const RSS_BOUND = SANITIZE ? 640 * MiB : 96 * MiB;
+// freed blocks (256 MiB by default) come on top, and the 40 x 4 MiB bodies scenario measured 644 MiB
+// there: the sanitized bound only catches runaway growth; the Release run holds the real bound.
+export const RSS_BOUND = SANITIZE ? 1536 * MiB : 96 * MiB;
 
 // Parses one HTTP/1.1 response at the start of buf (a latin1 string). Returns null when it is
 // not complete yet; {status, headers, body, consumed, untilClose} otherwise. `closed`: the peer

@@ -409,12 +409,7 @@ describe('an emulated image: the final stage\'s files, its ENTRYPOINT and CMD un
       env: { PATH: '/usr/local/bin:/usr/bin:/bin' }, // a container's, not this test's
     });
     gw = new Gateway(child, null, path.join(root, configPath));
-    const [pub, adm] = await Promise.all([
-      gw.waitForLog((l) => l.msg === 'listening' && l.listener === 'public', { timeoutMs: 15000, what: 'the public listening line' }),
-      gw.waitForLog((l) => l.msg === 'listening' && l.listener === 'admin', { timeoutMs: 15000, what: 'the admin listening line' }),
-    ]);
-    gw.publicUrl = `http://${pub.address}`;
-    gw.adminUrl = `http://${adm.address}`;
+    await gw.waitForListeners({ timeoutMs: 15000 });
   });
   after(async () => {
     try {

@@ -268,12 +268,7 @@ describe("the gateway under fleetgate.service's restrictions (reproduced without
       env,
     });
     gw = new Gateway(child, dir, configPath);
-    const [pub, adm] = await Promise.all([
-      gw.waitForLog((l) => l.msg === 'listening' && l.listener === 'public', { timeoutMs: 10000, what: 'the public listening line' }),
-      gw.waitForLog((l) => l.msg === 'listening' && l.listener === 'admin', { timeoutMs: 10000, what: 'the admin listening line' }),
-    ]);
-    gw.publicUrl = `http://${pub.address}`;
-    gw.adminUrl = `http://${adm.address}`;
+    await gw.waitForListeners({ timeoutMs: 10000 });
   });
   after(async () => {
     try {

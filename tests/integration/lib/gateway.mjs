@@ -160,6 +160,16 @@ export class Gateway extends EventEmitter {
   }
 
   // Resolves with the first log line (already seen or future) matching predicate.
+  // Waits for both "listening" log lines and sets publicUrl / adminUrl from them.
+  async waitForListeners({ timeoutMs = 10000, publicScheme = 'http' } = {}) {
+    const [pub, adm] = await Promise.all([
+      this.waitForLog((l) => l.msg === 'listening' && l.listener === 'public', { timeoutMs, what: 'the public listening line' }),
+      this.waitForLog((l) => l.msg === 'listening' && l.listener === 'admin', { timeoutMs, what: 'the admin listening line' }),
+    ]);
+    this.publicUrl = `${publicScheme}://${pub.address}`;
+    this.adminUrl = `http://${adm.address}`;
+  }
+
   waitForLog(predicate, { timeoutMs = 5000, what = 'a log line' } = {}) {
     const found = this.logs.find(predicate);
     if (found) {
@@ -318,12 +328,7 @@ export async function startGateway(config, { env = {}, args = [], timeoutMs = 10
   const gw = new Gateway(child, dir, configPath);
   const tlsPublic = typeof config === 'object' && config.server?.tls?.cert;
   try {
-    const [pub, adm] = await Promise.all([
-      gw.waitForLog((l) => l.msg === 'listening' && l.listener === 'public', { timeoutMs, what: 'the public listening line' }),
-      gw.waitForLog((l) => l.msg === 'listening' && l.listener === 'admin', { timeoutMs, what: 'the admin listening line' }),
-    ]);
-    gw.publicUrl = `${tlsPublic ? 'https' : 'http'}://${pub.address}`;
-    gw.adminUrl = `http://${adm.address}`;
+    await gw.waitForListeners({ timeoutMs, publicScheme: tlsPublic ? 'https' : 'http' });
   } catch (e) {
     await gw.kill();
     throw e;

@@ -19,7 +19,7 @@
 #include "common/util/json.hpp"
 #include "common/util/text.hpp"
 #include "replica-agent/agent/routes.hpp"
-#include "replica-agent/agent/sim_answer.hpp"
+#include "replica-agent/engines/sim_answer.hpp"
 #include "replica-agent/engines/proxy.hpp"
 
 namespace fg::agent {

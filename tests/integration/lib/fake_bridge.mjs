@@ -10,6 +10,9 @@
 //   bridge.calls                                       // every call: {method, params, at}
 //   await bridge.close();
 //
+// Node binds an abstract name padded with NULs to the whole sun_path (ss -xl shows it as
+// @name@@@...); the agent connects to the exact name first, then to the padded one.
+//
 // tunnel_status answers {"state": N}: 0 stopped (never started, dropped or stopped), 1 connecting,
 // 2 connected, 3 failed. By default tunnel_start answers with the URL the real network would give
 // (https://<first 8 hex of sha256(compressed P-256 public key)>.<domainSuffix>); a test that wants

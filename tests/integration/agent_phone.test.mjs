@@ -292,6 +292,40 @@ describe('acurast tunnel', () => {
     }
   });
 
+  test('a bridge bound to the exact abstract name (not padded as Node binds it) is reached too', async () => {
+    // A Python bridge: socket.bind("\0name") uses the name's exact length.
+    const name = `fleetgate-exact-${process.pid}-${crypto.randomBytes(4).toString('hex')}`;
+    const script = `
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind("\\0" + sys.argv[1])
+s.listen(8)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    line = c.makefile().readline()
+    req = json.loads(line)
+    m = req["method"]
+    res = {"deployment_id": "dep-exact", "processor_version": "1.0", "tunnel_start": {"url": "http://" + req.get("params", {}).get("localAddr", "")}, "tunnel_status": {"state": 2}, "tunnel_stop": None}.get(m)
+    c.sendall((json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": res}) + "\\n").encode())
+    c.close()
+`;
+    const { spawn } = await import('node:child_process');
+    const py = spawn('python3', ['-c', script, name], { stdio: ['ignore', 'pipe', 'inherit'] });
+    await once(py.stdout, 'data');
+    const gw = await startFakeGateway();
+    const agent = await startAgent([...baseArgs, ...gatewayArgs(gw), '--tunnel', 'acurast'], { env: { FG_PHONE_TOKEN: TOKEN, FLEETGATE_TUNNEL_KEY: makeTunnelKey(), BRIDGE_SOCKET: name } });
+    try {
+      await eventually(() => gw.of('register').length > 0, { timeoutMs: 10000, what: 'registration' });
+      assert.equal(gw.of('register')[0].body.deployment_id, 'dep-exact');
+      assert.equal(gw.of('register')[0].body.url, `http://${agent.line.address}`);
+    } finally {
+      stopAgent(agent);
+      py.kill('SIGKILL');
+      await gw.close();
+    }
+  });
+
   test('a missing key or bridge stops the start naming it', async () => {
     const { spawnSync } = await import('node:child_process');
     const { AGENT_BIN } = await import('./lib/agent.mjs');

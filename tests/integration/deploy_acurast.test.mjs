@@ -5,7 +5,7 @@
 // renders the next generation. The gateway itself accepts the same file.
 
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -166,6 +166,38 @@ describe('fleetgate deploy acurast', () => {
     const fresh = await run(['deploy', 'acurast', '--config', config, '--out', path.join(dir, 'never'), '--renew']);
     assert.equal(fresh.code, 1);
     assert.match(fresh.stderr, /render the first deployment .* without --renew/);
+  });
+
+  test('the entry script prepares the folder and execs the agent with its YAML, as the Shell runtime starts it', async () => {
+    // A stand-in agent records how it was started. The runtime sets PATH and HOME=/root (not
+    // writable here: HOME is honoured as given) and BRIDGE_SOCKET; TMPDIR is the script's job.
+    const out = path.join(dir, 'entry');
+    const r = await run(['deploy', 'acurast', '--config', config, '--out', out, '--no-binaries']);
+    assert.equal(r.code, 0, r.stderr);
+    const app = path.join(out, 'qwen3.5-0.8b/app');
+    const record = path.join(dir, 'entry-record.json');
+    fs.writeFileSync(path.join(app, 'fleetgate-agent'),
+      `#!/bin/sh\nprintf '{"args":"%s","cwd":"%s","tmpdir":"%s","home":"%s","bridge":"%s"}' "$*" "$PWD" "$TMPDIR" "$HOME" "$BRIDGE_SOCKET" > ${JSON.stringify(record)}\nexec sleep 0\n`);
+    fs.writeFileSync(path.join(app, 'llama-server'), '#!/bin/sh\nexit 0\n');
+    const home = path.join(dir, 'entry-home');
+    fs.mkdirSync(home);
+    const res = spawnSync('/bin/sh', [path.join(app, 'start.sh')], {
+      cwd: dir, // the runtime's working folder is not the app's: the script changes into it
+      env: { PATH: '/usr/bin:/bin', HOME: home, BRIDGE_SOCKET: 'fleetgate-test-bridge' },
+      encoding: 'utf8',
+      timeout: 10000,
+    });
+    assert.equal(res.status, 0, res.stderr);
+    const seen = JSON.parse(fs.readFileSync(record, 'utf8'));
+    assert.equal(seen.args, '--config ./agent.yaml');
+    assert.equal(fs.realpathSync(seen.cwd), fs.realpathSync(app));
+    assert.equal(seen.tmpdir, path.join(seen.cwd, 'tmp'));
+    assert.ok(fs.statSync(path.join(app, 'tmp')).isDirectory() && fs.statSync(path.join(app, 'models')).isDirectory());
+    assert.equal(seen.home, home);
+    assert.equal(seen.bridge, 'fleetgate-test-bridge', 'the bridge socket reaches the agent');
+    for (const f of ['fleetgate-agent', 'llama-server']) {
+      assert.ok((fs.statSync(path.join(app, f)).mode & 0o111) !== 0, `${f} made executable`);
+    }
   });
 
   test('a bad YAML is refused with its file, line and key', async () => {

@@ -55,7 +55,7 @@ TEST(EndingCount, CountsHealthyReplicasEndingWithinTheHorizon) {
       {false, now + 5min},   // not healthy: not counted, it gives no capacity now
   };
   EXPECT_EQ(count_ending(replicas, now), 3u);
-  EXPECT_EQ(count_ending(replicas, now, 6h), 4u);
+  EXPECT_EQ(count_ending(replicas, now, 6h), 5u);
   EXPECT_EQ(count_ending({}, now), 0u);
 }
 

@@ -194,6 +194,26 @@ std::optional<DeploymentState> parse_state(const std::string& text, std::string*
   return s;
 }
 
+std::vector<std::string> gateway_problems(const config::Config& config,
+                                          const config::ModelConfig& model) {
+  std::vector<std::string> problems;
+  if (!config.registration.enabled()) {
+    problems.push_back(
+        "registration.token_env is not set: registration is off, so the phones could not "
+        "register (set it and list their URLs in registration.allowed_urls)");
+    return problems;
+  }
+  const std::string sample = "https://0a1b2c3d." + domain_suffix_for(model.acurast->network);
+  const auto& patterns = config.registration.allowed_urls;
+  if (std::none_of(patterns.begin(), patterns.end(),
+                   [&](const std::string& p) { return config::glob_match(p, sample); })) {
+    problems.push_back("no registration.allowed_urls pattern matches the phones' tunnel URLs (" +
+                       sample + "): add \"https://*." + domain_suffix_for(model.acurast->network) +
+                       "\"");
+  }
+  return problems;
+}
+
 RenderedDeployment render_acurast(const config::Config& config, const config::ModelConfig& model,
                                   SystemTime now, const std::optional<DeploymentState>& previous) {
   const config::AcurastDeployConfig& a = *model.acurast;

@@ -81,6 +81,12 @@ RenderedDeployment render_acurast(const config::Config& config, const config::Mo
                                   SystemTime now,
                                   const std::optional<DeploymentState>& previous = std::nullopt);
 
+// What in the gateway's own configuration would keep the rendered phones out: registration off,
+// or no registration.allowed_urls pattern matching a tunnel URL (https://<8 hex>.<domain>).
+// Empty: they can join.
+std::vector<std::string> gateway_problems(const config::Config& config,
+                                          const config::ModelConfig& model);
+
 // The folder name a model renders into (its name, with characters outside [A-Za-z0-9._-]
 // replaced by '-').
 std::string model_folder(const std::string& model);

@@ -172,7 +172,7 @@ int run_deploy_command(const std::vector<std::string>& args) {
       }
     }
     const RenderedDeployment d = render_acurast(config, *m, now, previous);
-    std::vector<std::string> problems;
+    std::vector<std::string> problems = gateway_problems(config, *m);
     for (const auto& f : d.files) {
       if (f.path == "acurast.json") {
         for (auto& p : check_acurast_json(parse_network_json(f.content), now)) {

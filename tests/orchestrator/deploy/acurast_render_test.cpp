@@ -235,6 +235,26 @@ TEST(AcurastRender, StableUrlPassesTheTunnelKey) {
   EXPECT_NE(file(d, ".env.example")->content.find("\nFLEETGATE_TUNNEL_KEY=\n"), std::string::npos);
 }
 
+TEST(AcurastRender, TheGatewayMustLetThePhonesRegister) {
+  const auto ok = load(yaml());
+  EXPECT_TRUE(gateway_problems(ok, ok.models[0]).empty());
+  std::string off = yaml();
+  off.erase(0, off.find("upstream:"));
+  const auto no_registration = load(off);
+  ASSERT_EQ(gateway_problems(no_registration, no_registration.models[0]).size(), 1u);
+  EXPECT_NE(gateway_problems(no_registration, no_registration.models[0])[0].find(
+                "registration.token_env is not set"),
+            std::string::npos);
+  // Patterns for local agents only: the tunnel URLs would be refused.
+  std::string local = yaml();
+  local.replace(local.find("https://*.acu.run"), std::string("https://*.acu.run").size(),
+                "http://127.0.0.1:*");
+  const auto c = load(local);
+  const auto problems = gateway_problems(c, c.models[0]);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("add \"https://*.acu.run\""), std::string::npos) << problems[0];
+}
+
 TEST(AcurastRender, StateFilesAreCheckedWhenRead) {
   std::string why;
   EXPECT_FALSE(parse_state("nope", &why));

@@ -107,13 +107,23 @@ BearerKeys::BearerKeys(const std::vector<std::string>& keys) {
 }
 
 bool BearerKeys::matches(std::string_view header) const {
+  return match(header).has_value();
+}
+
+std::optional<std::size_t> BearerKeys::match(std::string_view header) const {
   auto given = bearer_credentials(header);
   const Digest got = sha256(given.value_or(std::string_view{}));
-  bool ok = false;
-  for (const auto& want : digests_) {
-    ok = (CRYPTO_memcmp(got.data(), want.data(), want.size()) == 0) || ok;
+  std::optional<std::size_t> found;
+  for (std::size_t i = 0; i < digests_.size(); ++i) {
+    const bool equal = CRYPTO_memcmp(got.data(), digests_[i].data(), digests_[i].size()) == 0;
+    if (equal && !found) {
+      found = i;
+    }
   }
-  return ok && given.has_value();
+  if (!given) {
+    return std::nullopt;
+  }
+  return found;
 }
 
 bool has_control_character(std::string_view text) {

@@ -42,6 +42,9 @@ class BearerKeys {
   // Whether the header's bearer credentials equal one of the keys. Every key is compared, so the
   // time reveals neither which key matched nor any key's content or length.
   bool matches(std::string_view header) const;
+  // Which key (its index among the non-empty keys given, in order) the header's credentials
+  // equal; every key is compared all the same.
+  std::optional<std::size_t> match(std::string_view header) const;
 
  private:
   std::vector<std::array<unsigned char, 32>> digests_;

@@ -83,10 +83,16 @@ nlohmann::json replica_json(const fleet::ReplicaView& r) {
   if (r.speeds) {
     j["speeds"] = {{"prefill_tokens_per_second", r.speeds->prefill_tps},
                    {"decode_tokens_per_second", r.speeds->decode_tps},
+                   {"prefill_samples", r.speeds->prefill_samples},
+                   {"decode_samples", r.speeds->decode_samples},
                    {"source", scheduling::to_string(r.speeds->source)}};
   } else {
     j["speeds"] = nullptr;
   }
+  j["prompt_cache"] = {{"slot_blocks", r.prompt_cache.slot_blocks},
+                       {"host_entries", r.prompt_cache.host_entries},
+                       {"host_blocks", r.prompt_cache.host_blocks},
+                       {"host_capacity_blocks", r.prompt_cache.host_capacity_blocks}};
   j["model_check"] = model_check_name(r.model_check);
   j["reported_slots_idle"] =
       r.reported_slots_idle ? nlohmann::json(*r.reported_slots_idle) : nlohmann::json(nullptr);

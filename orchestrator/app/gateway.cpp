@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <map>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 
@@ -89,7 +90,10 @@ asio::awaitable<void> serve_public(const net::SessionHooks* hooks,
 Gateway::Gateway(config::Config config, std::string config_path)
     : configs_(std::move(config)),
       config_path_(std::move(config_path)),
-      scheduler_(configs_.current().routing.queue_max),
+      scheduler_(configs_.current().routing.queue_max,
+                 scheduling::routing_options(configs_.current().routing,
+                                             configs_.current().server.api_keys),
+                 std::random_device{}()),
       broker_(scheduler_),
       signals_(io_, SIGTERM, SIGINT),
       hangup_(io_, SIGHUP),
@@ -116,8 +120,31 @@ Gateway::Gateway(config::Config config, std::string config_path)
   proxy_ctx_.sessions = &sessions_;
   proxy_ctx_.body_budget = &body_budget_;
   proxy_ctx_.metrics = &metrics_;
-  proxy_ctx_.api_keys =
-      BearerKeys(split_keys(secret_from_env(current.server.api_keys_env, "server.api_keys_env")));
+  {
+    // Named keys first, then the anonymous ones of api_keys_env; key_info follows the same order.
+    std::vector<std::string> keys;
+    for (std::size_t i = 0; i < current.server.api_keys.size(); ++i) {
+      const auto& named = current.server.api_keys[i];
+      const std::string where = "server.api_keys[" + std::to_string(i) + "].key_env";
+      std::string key = secret_from_env(named.key_env, where.c_str());
+      if (key.empty()) {
+        throw std::runtime_error(where + ": the environment variable " + named.key_env +
+                                 " is unset or empty; it must hold the key of '" + named.name +
+                                 "'");
+      }
+      keys.push_back(std::move(key));
+      proxy_ctx_.key_info.push_back({named.name, named.priority});
+    }
+    std::size_t anonymous = 0;
+    for (auto& key :
+         split_keys(secret_from_env(current.server.api_keys_env, "server.api_keys_env"))) {
+      keys.push_back(std::move(key));
+      proxy_ctx_.key_info.push_back({"api_keys_env#" + std::to_string(++anonymous), std::nullopt});
+    }
+    proxy_ctx_.api_keys = BearerKeys(keys);
+  }
+  proxy_ctx_.prompt_key =
+      (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   if (proxy_ctx_.api_keys.empty()) {
     log::warn("the public listener is open: no API keys are configured",
               {{"key", "server.api_keys_env"}, {"env", current.server.api_keys_env}});
@@ -219,6 +246,7 @@ void Gateway::reload() {
   }
   // Keys read from the environment at start stay as they were.
   next.server.api_keys_env = current.server.api_keys_env;
+  next.server.api_keys = current.server.api_keys;
   next.upstream.api_key_env = current.upstream.api_key_env;
   next.upstream.ca_file = current.upstream.ca_file;
   next.admin.token_env = current.admin.token_env;
@@ -232,6 +260,9 @@ void Gateway::reload() {
   const std::size_t models = next.models.size();
   configs_.replace(std::move(next));
   public_listener_->set_caps(public_caps(configs_.current()));
+  // Named keys are read at start only (their priority too); routing.* applies at once.
+  broker_.set_options(
+      scheduling::routing_options(configs_.current().routing, configs_.current().server.api_keys));
   fleet_->reload();
   log::info("configuration reloaded", {{"file", config_path_}, {"models", models}});
 }
@@ -306,6 +337,7 @@ void Gateway::begin_shutdown(int signal_number) {
 }
 
 int Gateway::run() {
+  broker_.start(io_.get_executor());
   fleet_->start();
   try {
     local_fleet_->start();

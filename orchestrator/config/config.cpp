@@ -25,19 +25,13 @@ using yaml::Value;
 const std::vector<std::string> kRootKeys = {
     "server", "admin", "health", "registration", "models", "routing", "upstream", "metrics", "log"};
 const std::vector<std::string> kMetricsKeys = {"per_replica", "request_stream_usage"};
-const std::vector<std::string> kServerKeys = {"listen",
-                                              "tls",
-                                              "api_keys_env",
-                                              "max_body_bytes",
-                                              "max_buffered_bytes",
-                                              "max_connections",
-                                              "max_connections_per_ip",
-                                              "header_timeout",
-                                              "body_timeout",
-                                              "idle_timeout",
-                                              "write_timeout",
-                                              "drain_timeout",
-                                              "read_timeout"};
+const std::vector<std::string> kServerKeys = {"listen",          "tls",
+                                              "api_keys_env",    "api_keys",
+                                              "max_body_bytes",  "max_buffered_bytes",
+                                              "max_connections", "max_connections_per_ip",
+                                              "header_timeout",  "body_timeout",
+                                              "idle_timeout",    "write_timeout",
+                                              "drain_timeout",   "read_timeout"};
 const std::vector<std::string> kTlsKeys = {"cert", "key"};
 const std::vector<std::string> kAdminKeys = {"listen", "tls", "token_env", "prometheus_sd_file"};
 const std::vector<std::string> kHealthKeys = {"interval",        "timeout",       "path",
@@ -70,8 +64,36 @@ const std::vector<std::string> kRestartPolicies = {"no", "onFailure", "always"};
 const std::vector<std::string> kExtraModules = {"DataEncryption", "LLM", "Shell"};
 const std::vector<std::string> kLocalKeys = {"count", "engine", "profile", "time_scale", "slots"};
 const std::vector<std::string> kEndpointKeys = {"url", "slots"};
-const std::vector<std::string> kRoutingKeys = {"queue_max", "queue_timeout", "request_timeout",
-                                               "retries", "keepalive_interval"};
+const std::vector<std::string> kRoutingKeys = {"queue_max",
+                                               "queue_timeout",
+                                               "request_timeout",
+                                               "retries",
+                                               "keepalive_interval",
+                                               "policy",
+                                               "default_prefill_tps",
+                                               "default_decode_tps",
+                                               "speed_smoothing",
+                                               "min_prefill_sample_tokens",
+                                               "min_decode_sample_tokens",
+                                               "exploration",
+                                               "default_tokens_per_byte",
+                                               "default_answer_tokens",
+                                               "cache_budget_bytes",
+                                               "slot_prompt_similarity",
+                                               "hold_margin",
+                                               "hold_min_gain",
+                                               "max_overtakes",
+                                               "scan_window",
+                                               "default_priority",
+                                               "band_queue_max",
+                                               "fair_share_slack_tokens",
+                                               "shed_retry_after_min",
+                                               "shed_retry_after_max"};
+const std::vector<std::string> kRoutingPolicies = {"least_loaded", "expected_finish"};
+const std::vector<std::string> kApiKeyKeys = {"name", "key_env", "priority", "weight"};
+const std::vector<std::string> kBandQueueKeys = {"priority", "max"};
+// Priorities (x-fleetgate-priority, api key entries, bands): scheduling::parse_priority's range.
+constexpr double kPriorityLimit = 1000;
 const std::vector<std::string> kUpstreamKeys = {"api_key_env",     "ca_file",
                                                 "connect_timeout", "first_byte_timeout",
                                                 "idle_timeout",    "max_idle_per_replica",
@@ -155,6 +177,9 @@ class Parser {
       read_tls(t->map(kTlsKeys), out.tls);
     }
     s.read_env_name("api_keys_env", out.api_keys_env);
+    if (const Value* keys = s.find("api_keys")) {
+      parse_api_keys(*keys, out.api_keys);
+    }
     s.read_whole("max_body_bytes", out.max_body_bytes, 1);
     s.read_whole("max_buffered_bytes", out.max_buffered_bytes, 1);
     if (out.max_buffered_bytes / 2 < out.max_body_bytes) {
@@ -176,6 +201,54 @@ class Parser {
     s.read_duration("idle_timeout", out.idle_timeout, false);
     s.read_duration("write_timeout", out.write_timeout, false);
     s.read_duration("drain_timeout", out.drain_timeout, true);
+  }
+
+  // A priority: a whole number in [-1000, 1000].
+  static std::int32_t read_priority(const Value& v) {
+    const double p = v.scalar().number_in(-kPriorityLimit, kPriorityLimit);
+    if (p != static_cast<double>(static_cast<std::int32_t>(p))) {
+      v.fail("expected a whole number between -1000 and 1000, got " +
+             yaml::quote(v.scalar().string()));
+    }
+    return static_cast<std::int32_t>(p);
+  }
+
+  void parse_api_keys(const Value& node, std::vector<ApiKeyConfig>& out) {
+    std::map<std::string, std::string> names;  // name -> where it was first defined
+    for (const Value& item : node.list("a list of API keys (name, key_env, priority, weight)")) {
+      if (item.is_null()) {
+        item.fail("expected a map with at least 'name' and 'key_env', got nothing");
+      }
+      const Map k = item.map(kApiKeyKeys);
+      ApiKeyConfig key;
+      if (!k.read_string("name", key.name)) {
+        k.fail("name", "missing; every API key needs a name (the tenant its requests count for)");
+      }
+      if (key.name.empty() || key.name.size() > 64 ||
+          !std::all_of(key.name.begin(), key.name.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_' ||
+                   c == '.';
+          })) {
+        k.fail("name",
+               "expected 1 to 64 letters, digits, '-', '_' or '.', got " + yaml::quote(key.name));
+      }
+      if (!k.read_env_name("key_env", key.key_env) || key.key_env.empty()) {
+        k.fail("key_env", "missing; the environment variable that holds this key");
+      }
+      if (const Value* p = k.find("priority")) {
+        key.priority = read_priority(*p);
+      }
+      if (const Value* w = k.find("weight")) {
+        key.weight = w->scalar().number_in(0.001, 1e6);
+      }
+      const std::string where =
+          k.path_of("name") + " (line " + std::to_string(k.line_of("name")) + ")";
+      if (auto [it, fresh] = names.emplace(key.name, where); !fresh) {
+        k.fail("name", "duplicate API key name " + yaml::quote(key.name) + "; already defined at " +
+                           it->second);
+      }
+      out.push_back(std::move(key));
+    }
   }
 
   static void read_tls(const Map& tls, TlsFiles& out) {
@@ -506,6 +579,52 @@ class Parser {
     s.read_duration("request_timeout", out.request_timeout, false);
     s.read_whole("retries", out.retries);
     s.read_duration("keepalive_interval", out.keepalive_interval, true);
+    s.read_one_of("policy", out.policy, kRoutingPolicies);
+    auto number = [&s](std::string_view key, double& into, double low, double high) {
+      if (const Value* v = s.find(key)) {
+        into = v->scalar().number_in(low, high);
+      }
+    };
+    number("default_prefill_tps", out.default_prefill_tps, 0.001, 1e7);
+    number("default_decode_tps", out.default_decode_tps, 0.001, 1e7);
+    number("speed_smoothing", out.speed_smoothing, 0.001, 1);
+    s.read_whole("min_prefill_sample_tokens", out.min_prefill_sample_tokens);
+    s.read_whole("min_decode_sample_tokens", out.min_decode_sample_tokens);
+    number("exploration", out.exploration, 0, 1);
+    number("default_tokens_per_byte", out.default_tokens_per_byte, 0.001, 10);
+    s.read_whole("default_answer_tokens", out.default_answer_tokens, 1);
+    s.read_whole("cache_budget_bytes", out.cache_budget_bytes);
+    number("slot_prompt_similarity", out.slot_prompt_similarity, 0, 1);
+    number("hold_margin", out.hold_margin, 0, 100);
+    s.read_duration("hold_min_gain", out.hold_min_gain, true);
+    s.read_whole("max_overtakes", out.max_overtakes);
+    s.read_whole("scan_window", out.scan_window, 1);
+    if (const Value* v = s.find("default_priority")) {
+      out.default_priority = read_priority(*v);
+    }
+    if (const Value* v = s.find("band_queue_max")) {
+      for (const Value& item : v->list("a list of {priority, max}")) {
+        const Map b = item.map(kBandQueueKeys);
+        const Value* p = b.find("priority");
+        if (p == nullptr) {
+          b.fail("priority", "missing; the band this limit is for");
+        }
+        std::uint32_t max = 0;
+        if (!b.read_whole("max", max, 1)) {
+          b.fail("max", "missing; the most requests the band may queue");
+        }
+        if (!out.band_queue_max.emplace(read_priority(*p), max).second) {
+          b.fail("priority", "this band already has a limit above");
+        }
+      }
+    }
+    number("fair_share_slack_tokens", out.fair_share_slack_tokens, 0, 1e12);
+    s.read_duration("shed_retry_after_min", out.shed_retry_after_min, false);
+    s.read_duration("shed_retry_after_max", out.shed_retry_after_max, false);
+    if (out.shed_retry_after_max < out.shed_retry_after_min) {
+      s.fail(s.has("shed_retry_after_max") ? "shed_retry_after_max" : "shed_retry_after_min",
+             "routing.shed_retry_after_max must be at least routing.shed_retry_after_min");
+    }
   }
 
   static void parse_upstream(const Map& s, UpstreamConfig& out) {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -24,10 +25,20 @@ struct TlsFiles {
   bool enabled() const { return !cert.empty(); }
 };
 
+// A named client key (server.api_keys): the name is the tenant of its requests (fair shares,
+// batch ownership, logs); the key itself is read from the environment.
+struct ApiKeyConfig {
+  std::string name;
+  std::string key_env;                   // env var holding the key
+  std::optional<std::int32_t> priority;  // band of its requests; absent: routing.default_priority
+  double weight = 1.0;                   // its fair share within a band, against other keys'
+};
+
 struct ServerConfig {
   net::HostPort listen{"127.0.0.1", 8080};
   TlsFiles tls;
   std::string api_keys_env;  // name of an env var with comma-separated keys
+  std::vector<ApiKeyConfig> api_keys;
   std::uint64_t max_body_bytes = 4 * 1024 * 1024;
   // Request bodies held at once, in total (read, queued, being sent): bounds their memory.
   std::uint64_t max_buffered_bytes = 1024ull * 1024 * 1024;
@@ -146,6 +157,28 @@ struct RoutingConfig {
   milliseconds request_timeout{1'800'000};
   std::uint32_t retries = 2;
   milliseconds keepalive_interval{15'000};  // SSE ": keep-alive" while waiting; 0 = never
+
+  // The scheduler's knobs (docs/routing.md; scheduling::RoutingOptions holds the same defaults).
+  std::string policy = "least_loaded";  // least_loaded | expected_finish
+  double default_prefill_tps = 50.0;
+  double default_decode_tps = 10.0;
+  double speed_smoothing = 0.2;
+  std::uint32_t min_prefill_sample_tokens = 32;
+  std::uint32_t min_decode_sample_tokens = 2;
+  double exploration = 0.01;
+  double default_tokens_per_byte = 0.25;
+  std::uint32_t default_answer_tokens = 16;
+  std::uint64_t cache_budget_bytes = 64ull * 1024 * 1024;
+  double slot_prompt_similarity = 0.1;
+  double hold_margin = 0.0;
+  milliseconds hold_min_gain{1000};
+  std::uint32_t max_overtakes = 48;
+  std::uint32_t scan_window = 64;
+  std::int32_t default_priority = 0;
+  std::map<std::int32_t, std::uint32_t> band_queue_max;  // priority -> queue limit
+  double fair_share_slack_tokens = 16384.0;
+  milliseconds shed_retry_after_min{1000};
+  milliseconds shed_retry_after_max{60'000};
 };
 
 struct UpstreamConfig {

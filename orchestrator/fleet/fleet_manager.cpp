@@ -196,6 +196,29 @@ Clock::time_point FleetManager::next_probe_at(const Replica& replica, Clock::tim
   return due;
 }
 
+// What the agent's /health says that routing learns from (docs/routing.md, "Integration").
+void FleetManager::pass_on_routing_facts(Replica& replica, const health::ProbeOutcome& outcome) {
+  if (!scheduler_.has_replica(replica.id)) {
+    return;
+  }
+  if (outcome.prefill_tps || outcome.decode_tps) {
+    // A missing one stays as it is (seed ignores a non-positive speed).
+    scheduler_.set_measured_speeds(replica.id, outcome.prefill_tps.value_or(0),
+                                   outcome.decode_tps.value_or(0));
+  }
+  if (outcome.host_prompt_cache_tokens) {
+    scheduler_.set_host_prompt_cache(replica.id, *outcome.host_prompt_cache_tokens);
+  }
+  if (outcome.engine_starts) {
+    if (replica.engine_starts && *outcome.engine_starts > *replica.engine_starts) {
+      log::info("replica engine restarted: its prompt cache is forgotten",
+                {{"replica", replica.name}});
+      scheduler_.forget_prompt_cache(replica.id);
+    }
+    replica.engine_starts = outcome.engine_starts;
+  }
+}
+
 bool FleetManager::probe_paused(const Replica& replica) const {
   const auto state = tracker_.state(replica.id);
   return state == State::draining || state == State::gone;
@@ -221,6 +244,7 @@ void FleetManager::on_probe(Replica& replica, const health::ProbeOutcome& outcom
   if (outcome.slots_total) {
     set_slots(replica, *outcome.slots_total);
   }
+  pass_on_routing_facts(replica, outcome);
   if (outcome.result == health::ProbeResult::fail) {
     log::debug("probe failed", {{"replica", replica.name}, {"error", outcome.error}});
   }
@@ -559,10 +583,8 @@ ReplicaView FleetManager::view_of(const Replica& replica) const {
   v.requests = replica.requests;
   v.failures = replica.failures;
   v.tokens_per_second = replica.tokens_per_second;
-  if (auto speeds = scheduler_.speeds(replica.id);
-      speeds && speeds->source != scheduling::SpeedSnapshot::Source::configured_default) {
-    v.speeds = speeds;
-  }
+  v.speeds = scheduler_.speeds(replica.id);
+  v.prompt_cache = scheduler_.prompt_cache().summary(replica.id);
   v.last_probe = replica.last_probe;
   v.last_probe_seconds = replica.last_probe_seconds;
   v.last_probe_error = replica.last_probe_error;
@@ -765,8 +787,15 @@ void FleetManager::update_metrics() {
     for (const auto& replica : registry_.all()) {
       metrics_.set_replica(replica->model, replica->name, scheduler_.in_flight(replica->id),
                            replica->tokens_per_second);
+      if (auto speeds = scheduler_.speeds(replica->id)) {
+        metrics_.set_replica_speeds(replica->model, replica->name, speeds->prefill_tps,
+                                    speeds->decode_tps);
+      }
     }
   }
+  const auto& cache = scheduler_.prompt_cache();
+  metrics_.set_prompt_cache(static_cast<double>(cache.blocks_held()),
+                            static_cast<double>(cache.bytes_used()));
 }
 
 }  // namespace fg::fleet

@@ -109,6 +109,7 @@ class FleetManager {
   Clock::time_point next_probe_at(const Replica& replica, Clock::time_point last);
   bool probe_paused(const Replica& replica) const;
   void on_probe(Replica& replica, const health::ProbeOutcome& outcome);
+  void pass_on_routing_facts(Replica& replica, const health::ProbeOutcome& outcome);
 
   void sweep();
   static boost::asio::awaitable<void> sweep_loop(FleetManager* self);

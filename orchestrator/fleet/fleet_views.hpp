@@ -13,6 +13,7 @@
 #include "orchestrator/fleet/registrations.hpp"
 #include "orchestrator/health/health_tracker.hpp"
 #include "orchestrator/health/probe_body.hpp"
+#include "orchestrator/scheduling/prompt_cache_model.hpp"
 #include "orchestrator/scheduling/speed_model.hpp"
 
 namespace fg::fleet {
@@ -31,9 +32,10 @@ struct ReplicaView {
   std::uint64_t requests = 0;
   std::uint64_t failures = 0;
   double tokens_per_second = 0;
-  // The scheduler's speeds for it, when measured by its agent or learned from its answers (not
-  // the configured defaults).
+  // The scheduler's speeds for it (source: the configured default, its agent's measurement, or
+  // learned from its answers) and what the prompt-cache model believes it holds.
   std::optional<scheduling::SpeedSnapshot> speeds;
+  scheduling::PromptCacheModel::PhoneSummary prompt_cache;
   std::optional<std::chrono::system_clock::time_point> last_probe;
   double last_probe_seconds = 0;
   std::string last_probe_error;

@@ -51,6 +51,8 @@ struct Replica {
   health::ModelCheck model_check = health::ModelCheck::unverified;
   std::optional<std::uint32_t> reported_slots_idle;
   double tokens_per_second = 0;  // completion tokens per second of recent requests
+  // The agent's engine start count from /health: when it grows, its KV cache is gone.
+  std::optional<std::uint64_t> engine_starts;
   // Why it is in its state now (the health tracker's reason of the last change; "" before one),
   // and since when.
   std::string state_reason;

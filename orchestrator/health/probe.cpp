@@ -94,6 +94,10 @@ asio::awaitable<ProbeOutcome> probe_once(net::Url url, std::string path, std::st
   if (!loading) {
     outcome.slots_total = facts.slots_total;
     outcome.slots_idle = facts.slots_idle;
+    outcome.prefill_tps = facts.prefill_tps;
+    outcome.decode_tps = facts.decode_tps;
+    outcome.host_prompt_cache_tokens = facts.host_prompt_cache_tokens;
+    outcome.engine_starts = facts.engine_starts;
   }
   co_return outcome;
 }

@@ -20,6 +20,11 @@ struct ProbeOutcome {
   double seconds = 0;
   std::optional<std::uint32_t> slots_total;  // from a Fleetgate agent's /health
   std::optional<std::uint32_t> slots_idle;
+  // An agent's speeds and cache facts (ProbeBody), when it passed.
+  std::optional<double> prefill_tps;
+  std::optional<double> decode_tps;
+  std::optional<std::uint64_t> host_prompt_cache_tokens;
+  std::optional<std::uint64_t> engine_starts;
   // What the body says about the model: a mismatch fails the probe (error says what it serves).
   ModelCheck model = ModelCheck::unverified;
   std::string

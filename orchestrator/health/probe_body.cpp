@@ -1,5 +1,6 @@
 #include "orchestrator/health/probe_body.hpp"
 
+#include <cmath>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@ namespace fg::health {
 namespace {
 
 constexpr std::uint64_t kMaxReportedSlots = 1024;
+constexpr double kMaxReportedSpeed = 1e7;
 constexpr std::size_t kMaxNameShown = 64;
 constexpr std::size_t kMaxNamesShown = 3;
 
@@ -29,6 +31,26 @@ std::optional<std::uint32_t> read_slots(const nlohmann::json& doc, const char* k
   return std::nullopt;
 }
 
+// A speed in tokens per second: positive, finite, and below anything a phone could do.
+std::optional<double> read_speed(const nlohmann::json& doc, const char* key) {
+  auto it = doc.find(key);
+  if (it != doc.end() && it->is_number()) {
+    const double v = it->get<double>();
+    if (std::isfinite(v) && v > 0 && v <= kMaxReportedSpeed) {
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::uint64_t> read_count(const nlohmann::json& doc, const char* key) {
+  auto it = doc.find(key);
+  if (it != doc.end() && it->is_number_unsigned()) {
+    return it->get<std::uint64_t>();
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ProbeBody parse_probe_body(std::string_view body, std::string_view expected_model) {
@@ -42,6 +64,10 @@ ProbeBody parse_probe_body(std::string_view body, std::string_view expected_mode
   if (out.slots_total && *out.slots_total == 0) {
     out.slots_total.reset();
   }
+  out.prefill_tps = read_speed(doc, "prefill_tps");
+  out.decode_tps = read_speed(doc, "decode_tps");
+  out.host_prompt_cache_tokens = read_count(doc, "host_prompt_cache_tokens");
+  out.engine_starts = read_count(doc, "engine_starts");
   if (auto m = doc.find("model"); m != doc.end() && m->is_string()) {
     const auto& name = m->get_ref<const std::string&>();
     out.model = name == expected_model ? ModelCheck::match : ModelCheck::mismatch;

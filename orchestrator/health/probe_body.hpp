@@ -21,10 +21,19 @@ struct ProbeBody {
   std::optional<std::uint32_t> slots_idle;
   ModelCheck model = ModelCheck::unverified;
   std::string served;  // mismatch: what it serves ("qwen3.5-4b", or a list from /v1/models)
+  // An agent's own measurement and cache facts (docs/routing.md, "Integration"): its autotune
+  // speeds in tokens per second, its host prompt cache in tokens, and how many times its engine
+  // started (when it grows, the phone's KV cache is gone).
+  std::optional<double> prefill_tps;
+  std::optional<double> decode_tps;
+  std::optional<std::uint64_t> host_prompt_cache_tokens;
+  std::optional<std::uint64_t> engine_starts;
 };
 
 // Reads a probe's body (network input: parsed with fg::parse_network_json):
-// - an agent's /health: {"model":"...","slots_total":N,"slots_idle":M};
+// - an agent's /health: {"model":"...","slots_total":N,"slots_idle":M}, optionally with
+//   "prefill_tps", "decode_tps" (positive numbers), "host_prompt_cache_tokens" and
+//   "engine_starts" (whole numbers); a field of another type or out of range is ignored;
 // - an OpenAI server's /v1/models: {"data":[{"id":"..."},...]}: the configured model must be
 //   one of the ids.
 // Anything else (not JSON, no model named) leaves the model unverified.

@@ -51,6 +51,11 @@ Metrics::Metrics()
                             .Name("fleetgate_queue_rejections_total")
                             .Help("Requests that left the queue without a replica, by reason.")
                             .Register(*registry_)),
+      requests_shed_(prometheus::BuildCounter()
+                         .Name("fleetgate_requests_shed_total")
+                         .Help("Sheddable (negative priority) requests refused with 503 because "
+                               "no replica slot was free for them.")
+                         .Register(*registry_)),
       tokens_(
           prometheus::BuildCounter()
               .Name("fleetgate_tokens_total")
@@ -109,6 +114,31 @@ Metrics::Metrics()
               .Help("Completion tokens per second of each replica's recent requests, from the "
                     "usage it reports.")
               .Register(*registry_)),
+      replica_prefill_tps_(
+          prometheus::BuildGauge()
+              .Name("fleetgate_replica_prefill_tokens_per_second")
+              .Help("Prompt tokens per second the scheduler expects of each replica (learned from "
+                    "answers, seeded by the agent's measurement or routing.default_prefill_tps).")
+              .Register(*registry_)),
+      replica_decode_tps_(
+          prometheus::BuildGauge()
+              .Name("fleetgate_replica_decode_tokens_per_second")
+              .Help("Generated tokens per second the scheduler expects of each replica (learned "
+                    "from answers, seeded by the agent's measurement or "
+                    "routing.default_decode_tps).")
+              .Register(*registry_)),
+      prompt_cache_blocks_(prometheus::BuildGauge()
+                               .Name("fleetgate_prompt_cache_blocks")
+                               .Help("Prompt blocks the gateway believes its replicas hold "
+                                     "(hashes only), over every replica.")
+                               .Register(*registry_)
+                               .Add({})),
+      prompt_cache_bytes_(prometheus::BuildGauge()
+                              .Name("fleetgate_prompt_cache_bytes")
+                              .Help("Memory the prompt-cache model accounts for, against "
+                                    "routing.cache_budget_bytes.")
+                              .Register(*registry_)
+                              .Add({})),
       connections_rejected_(
           prometheus::BuildCounter()
               .Name("fleetgate_connections_rejected_total")
@@ -220,6 +250,10 @@ void Metrics::queue_rejection(const std::string& model, const std::string& reaso
   queue_rejections_.Add({{"model", model}, {"reason", reason}}).Increment();
 }
 
+void Metrics::request_shed(const std::string& model) {
+  requests_shed_.Add({{"model", model}}).Increment();
+}
+
 void Metrics::tokens(const std::string& model, const std::string& api, const std::string& kind,
                      double count) {
   if (!model.empty() && count > 0 && (kind == "prompt" || kind == "completion")) {
@@ -285,6 +319,17 @@ void Metrics::set_replica(const std::string& model, const std::string& replica, 
   replica_tokens_per_second_.Add({{"model", model}, {"replica", replica}}).Set(tokens_per_second);
 }
 
+void Metrics::set_replica_speeds(const std::string& model, const std::string& replica,
+                                 double prefill_tps, double decode_tps) {
+  replica_prefill_tps_.Add({{"model", model}, {"replica", replica}}).Set(prefill_tps);
+  replica_decode_tps_.Add({{"model", model}, {"replica", replica}}).Set(decode_tps);
+}
+
+void Metrics::set_prompt_cache(double blocks, double bytes) {
+  prompt_cache_blocks_.Set(blocks);
+  prompt_cache_bytes_.Set(bytes);
+}
+
 void Metrics::connection_rejected(const std::string& listener, const std::string& reason) {
   connections_rejected_.Add({{"listener", listener}, {"reason", reason}}).Increment();
 }
@@ -327,6 +372,7 @@ void Metrics::declare_model(const std::string& model) {
     state_changes_.Add({{"model", model}, {"to", to}});
   }
   retries_.Add({{"model", model}});
+  requests_shed_.Add({{"model", model}});
   duration_.Add({{"model", model}}, latency_buckets());
   ttfb_.Add({{"model", model}}, latency_buckets());
   queue_wait_.Add({{"model", model}}, latency_buckets());
@@ -353,6 +399,8 @@ void Metrics::forget_replica(const std::string& model, const std::string& replic
   if (replica_tokens_per_second_.Has(labels)) {
     replica_tokens_per_second_.Remove(&replica_tokens_per_second_.Add(labels));
   }
+  remove_series(replica_prefill_tps_, labels);
+  remove_series(replica_decode_tps_, labels);
   auto it = replica_outcomes_.find(model + "\n" + replica);
   if (it != replica_outcomes_.end()) {
     for (const auto& outcome : it->second) {

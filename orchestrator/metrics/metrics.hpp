@@ -38,6 +38,8 @@ class Metrics {
   void retry(const std::string& model);
   void upstream_error(const std::string& model, const std::string& kind);
   void queue_rejection(const std::string& model, const std::string& reason);
+  // A sheddable request refused at once (503 + Retry-After) because no slot was free for it.
+  void request_shed(const std::string& model);
   // Tokens a replica reported for one request of the api: kind "prompt" or "completion".
   void tokens(const std::string& model, const std::string& api, const std::string& kind,
               double count);
@@ -66,6 +68,11 @@ class Metrics {
                        const std::string& outcome);
   void set_replica(const std::string& model, const std::string& replica, double in_flight,
                    double tokens_per_second);
+  // The scheduler's learned speeds of a replica (tokens per second).
+  void set_replica_speeds(const std::string& model, const std::string& replica, double prefill_tps,
+                          double decode_tps);
+  // The scheduler's prompt-cache model: blocks remembered and the bytes they cost.
+  void set_prompt_cache(double blocks, double bytes);
   // Creates a configured model's series at zero, so that dashboards show 0 rather than "no
   // data" before the first event and rate() sees the first increment.
   void declare_model(const std::string& model);
@@ -103,6 +110,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& retries_;
   prometheus::Family<prometheus::Counter>& upstream_errors_;
   prometheus::Family<prometheus::Counter>& queue_rejections_;
+  prometheus::Family<prometheus::Counter>& requests_shed_;
   prometheus::Family<prometheus::Counter>& tokens_;
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& slots_;
@@ -116,6 +124,10 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& replica_requests_;
   prometheus::Family<prometheus::Gauge>& replica_in_flight_;
   prometheus::Family<prometheus::Gauge>& replica_tokens_per_second_;
+  prometheus::Family<prometheus::Gauge>& replica_prefill_tps_;
+  prometheus::Family<prometheus::Gauge>& replica_decode_tps_;
+  prometheus::Gauge& prompt_cache_blocks_;
+  prometheus::Gauge& prompt_cache_bytes_;
   prometheus::Family<prometheus::Counter>& connections_rejected_;
   prometheus::Family<prometheus::Gauge>& connections_open_;
   prometheus::Family<prometheus::Counter>& requests_refused_;

@@ -14,12 +14,15 @@
 #include "common/net/http_session.hpp"
 #include "common/openai/errors.hpp"
 #include "common/openai/inspect.hpp"
+#include "common/openai/prompt_blocks.hpp"
 #include "common/util/duration.hpp"
+#include "common/util/json.hpp"
 #include "orchestrator/fleet/fleet_manager.hpp"
 #include "orchestrator/metrics/metrics.hpp"
 #include "orchestrator/proxy/client_writer.hpp"
 #include "orchestrator/proxy/public_routes.hpp"
 #include "orchestrator/proxy/upstream.hpp"
+#include "orchestrator/scheduling/routing_options.hpp"
 
 namespace fg::proxy {
 
@@ -31,6 +34,8 @@ using namespace asio::experimental::awaitable_operators;
 namespace {
 
 constexpr std::size_t kHeaderLimit = 16 * 1024;
+// A client's priority for this request (docs/routing.md): an integer in [-1000, 1000].
+constexpr std::string_view kPriorityHeader = "x-fleetgate-priority";
 // Pipelined bytes a client may send while its previous request is served before we stop reading
 // (and so stop noticing a disconnect) for that connection.
 constexpr std::size_t kPipelineCap = 64 * 1024;
@@ -108,10 +113,19 @@ Ending deadline_ending(const config::RoutingConfig& routing) {
 }
 
 // The queue did not bind the request to a replica.
-Ending queue_ending(AcquireError error, const std::string& model, bool deadline_first,
+Ending queue_ending(const AcquireResult& acquired, const std::string& model, bool deadline_first,
                     const config::RoutingConfig& routing) {
   Ending e;
-  switch (error) {
+  switch (acquired.error) {
+    case AcquireError::shed:
+      e.status = 503;
+      e.message = "every replica of model '" + model +
+                  "' is busy and the request's priority is sheddable; retry later";
+      e.code = "shed";
+      e.headers = retry_after_headers(
+          std::to_string(std::max<std::int64_t>(1, acquired.retry_after.count())));
+      e.outcome = "shed";
+      break;
     case AcquireError::queue_full:
       e.status = 429;
       e.message = "the queue for model '" + model + "' is full; retry later";
@@ -236,12 +250,35 @@ void note_done(ProxyContext* ctx, const config::Config* config, fleet::Replica& 
   }
 }
 
+// What a relayed answer tells the scheduler (once per grant): the usage and llama.cpp timings
+// the replica reported (the stream's last events included), and the gateway's own times since
+// the grant. Anything but a 200 teaches nothing.
+scheduling::Completion completion_of(const ExchangeResult& result,
+                                     const scheduling::Request& request, const SlotLease& lease,
+                                     const ClientWriter& writer, bool stream) {
+  scheduling::Completion c = scheduling::completion_from_stats(result.stats);
+  c.ok = result.upstream_status == 200;
+  // finish_reason is not read (it sits beside the answer's text): an answer as long as
+  // max_tokens was most likely cut by it.
+  c.truncated =
+      request.max_tokens && c.completion_tokens && *c.completion_tokens >= *request.max_tokens;
+  const auto now = Clock::now();
+  c.duration = now - lease.granted_at();
+  if (stream) {
+    if (auto first = writer.first_content_at(); first && *first >= lease.granted_at()) {
+      c.first_token_after = *first - lease.granted_at();
+    }
+  }
+  return c;
+}
+
 // Binds the request to a replica (queueing if needed) and relays its answer, retrying as
 // retry_decision says. nullopt when an answer was relayed or the client left; otherwise how the
 // client must be answered.
 asio::awaitable<std::optional<Ending>> run_attempts(ProxyContext* ctx, const config::Config* config,
-                                                    const UpstreamRequest* up, ClientWriter* writer,
-                                                    RequestRecord* record) {
+                                                    const UpstreamRequest* up,
+                                                    const scheduling::Request* described,
+                                                    ClientWriter* writer, RequestRecord* record) {
   const auto& routing = config->routing;
   const std::string& model = up->info->model;
   std::vector<ReplicaId> tried;
@@ -254,7 +291,9 @@ asio::awaitable<std::optional<Ending>> run_attempts(ProxyContext* ctx, const con
     // The queue wait is clipped to what is left of the request's deadline.
     const bool deadline_first = left < Clock::duration(routing.queue_timeout);
     const Clock::duration wait = deadline_first ? left : Clock::duration(routing.queue_timeout);
-    auto acquired = co_await ctx->broker->acquire(model, tried, wait);
+    scheduling::Request request = *described;
+    request.exclude = tried;
+    auto acquired = co_await ctx->broker->acquire(model, std::move(request), wait);
     record->queue_wait += acquired.waited;
     switch (acquired.error) {
       case AcquireError::none:
@@ -265,12 +304,15 @@ asio::awaitable<std::optional<Ending>> run_attempts(ProxyContext* ctx, const con
         co_return std::nullopt;
       case AcquireError::queue_full:
         ctx->metrics->queue_rejection(model, "full");
-        co_return queue_ending(acquired.error, model, deadline_first, routing);
+        co_return queue_ending(acquired, model, deadline_first, routing);
+      case AcquireError::shed:
+        ctx->metrics->request_shed(model);
+        co_return queue_ending(acquired, model, deadline_first, routing);
       case AcquireError::timeout:
         ctx->metrics->queue_rejection(model, "timeout");
-        co_return queue_ending(acquired.error, model, deadline_first, routing);
+        co_return queue_ending(acquired, model, deadline_first, routing);
       case AcquireError::unknown_model:
-        co_return queue_ending(acquired.error, model, deadline_first, routing);
+        co_return queue_ending(acquired, model, deadline_first, routing);
     }
     SlotLease lease = std::move(acquired.lease);
     // Shared: a replica removed meanwhile (reload, DELETE) stays valid until this ends.
@@ -296,6 +338,7 @@ asio::awaitable<std::optional<Ending>> run_attempts(ProxyContext* ctx, const con
       record->completion_tokens = result.stats.completion_tokens;
       if (result.kind == ExchangeResult::Kind::done) {
         note_done(ctx, config, *replica, result, Clock::now() - exchange_start);
+        lease.complete(completion_of(result, *described, lease, *writer, up->info->stream));
         co_return std::nullopt;
       }
       if (result.kind == ExchangeResult::Kind::client_gone) {
@@ -330,8 +373,8 @@ asio::awaitable<std::optional<Ending>> run_attempts(ProxyContext* ctx, const con
 // Serves a proxied request: relays a replica's answer, or answers the client itself, exactly once.
 asio::awaitable<void> proxy_flow(ProxyContext* ctx, const config::Config* config,
                                  const net::Request* request, const openai::RequestInfo* info,
-                                 const ProxiedRoute* route, ClientWriter* writer,
-                                 RequestRecord* record) {
+                                 const scheduling::Request* described, const ProxiedRoute* route,
+                                 ClientWriter* writer, RequestRecord* record) {
   UpstreamRequest up;
   up.client = request;
   up.info = info;
@@ -349,7 +392,7 @@ asio::awaitable<void> proxy_flow(ProxyContext* ctx, const config::Config* config
     }
   }
   up.body = up.strip_usage ? &usage_body : &request->body();
-  std::optional<Ending> ending = co_await run_attempts(ctx, config, &up, writer, record);
+  std::optional<Ending> ending = co_await run_attempts(ctx, config, &up, described, writer, record);
   if (ending) {
     record->outcome = ending->outcome;
     co_await writer->send_error(ending->status, std::move(ending->message), std::move(ending->code),
@@ -400,6 +443,27 @@ void log_request(ProxyContext* ctx, const ClientWriter& writer, const RequestRec
         record.prompt_tokens ? nlohmann::json(*record.prompt_tokens) : nlohmann::json(nullptr)},
        {"completion_tokens", record.completion_tokens ? nlohmann::json(*record.completion_tokens)
                                                       : nlohmann::json(nullptr)}});
+}
+
+// The prompt's blocks and the answer's token limit, for expected_finish (least_loaded uses
+// neither, so the body is not parsed again for it). One small function, so that a one-pass
+// scanner of the body can take its place.
+void describe_prompt(const ProxyContext* ctx, const std::string& body, scheduling::Request& out) {
+  const nlohmann::json parsed = parse_network_json(body);
+  if (!parsed.is_object()) {
+    return;
+  }
+  openai::PromptBlocks blocks = openai::prompt_blocks(parsed, ctx->prompt_key);
+  out.prompt_blocks = std::move(blocks.hashes);
+  out.prompt_bytes = blocks.bytes;
+  for (const char* key : {"max_completion_tokens", "max_tokens", "max_output_tokens"}) {
+    auto it = parsed.find(key);
+    if (it != parsed.end() && it->is_number_unsigned()) {
+      out.max_tokens =
+          static_cast<std::uint32_t>(std::min<std::uint64_t>(it->get<std::uint64_t>(), UINT32_MAX));
+      break;
+    }
+  }
 }
 
 // The gateway's own keys, as OpenAI clients send them (Authorization: Bearer) or Anthropic's
@@ -507,19 +571,46 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
     co_return finish();
   }
 
+  // What the scheduler is told: band, tenant, and (expected_finish) the prompt's blocks.
+  scheduling::Request described;
+  const ApiKeyInfo* key = api_key_of(ctx, *request);
+  if (key != nullptr) {
+    described.tenant = key->name;
+    described.priority = key->priority;
+  }
+  if (const auto header = (*request)[kPriorityHeader]; !header.empty()) {
+    const auto priority =
+        scheduling::parse_priority(std::string_view(header.data(), header.size()));
+    if (!priority) {
+      record.outcome = "bad_request";
+      co_await writer.send_error(400,
+                                 std::string("the header ") + std::string(kPriorityHeader) +
+                                     " must be a whole number between -1000 and 1000",
+                                 "invalid_priority", {}, std::string(kPriorityHeader));
+      log_request(ctx, writer, record, start);
+      co_return finish();
+    }
+    described.priority = *priority;
+  }
+  described.sheddable = described.priority && scheduling::sheddable_priority(*described.priority);
+  if (ctx->broker->scheduler().options().policy == scheduling::RoutingPolicy::expected_finish) {
+    describe_prompt(ctx, request->body(), described);
+  }
+
   // The client may vanish at any time (watch_client); streamed requests get keep-alive comments
   // while they wait. Whichever ends first cancels the others.
   r.conn->expires_never();
   const auto interval = config->routing.keepalive_interval;
   bool client_gone = false;
   if (info.stream && interval.count() > 0) {
-    auto done = co_await (net::watch_client(r) ||
-                          proxy_flow(ctx, config.get(), request, &info, route, &writer, &record) ||
-                          keepalive_loop(&writer, interval));
+    auto done = co_await (
+        net::watch_client(r) ||
+        proxy_flow(ctx, config.get(), request, &info, &described, route, &writer, &record) ||
+        keepalive_loop(&writer, interval));
     client_gone = done.index() == 0;
   } else {
-    auto done = co_await (net::watch_client(r) ||
-                          proxy_flow(ctx, config.get(), request, &info, route, &writer, &record));
+    auto done = co_await (net::watch_client(r) || proxy_flow(ctx, config.get(), request, &info,
+                                                             &described, route, &writer, &record));
     client_gone = done.index() == 0;
   }
   if (client_gone) {
@@ -530,6 +621,27 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
 }
 
 }  // namespace
+
+const ApiKeyInfo* api_key_of(const ProxyContext* ctx, const net::Request& head) {
+  if (ctx->api_keys.empty() || ctx->key_info.empty()) {
+    return nullptr;
+  }
+  if (ctx->key_info.size() == 1) {
+    // The head check let the request in, so it carries the one key: no need to hash again.
+    return &ctx->key_info.front();
+  }
+  std::optional<std::size_t> index = ctx->api_keys.match(head[http::field::authorization]);
+  if (!index) {
+    const auto key = head["x-api-key"];
+    if (!key.empty()) {
+      index = ctx->api_keys.match("Bearer " + std::string(key));
+    }
+  }
+  if (!index || *index >= ctx->key_info.size()) {
+    return nullptr;
+  }
+  return &ctx->key_info[*index];
+}
 
 net::SessionHooks public_session_hooks(ProxyContext* ctx) {
   net::SessionHooks hooks;

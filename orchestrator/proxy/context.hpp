@@ -1,6 +1,9 @@
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/ssl/context.hpp>
 
@@ -20,6 +23,12 @@ class FleetManager;
 
 namespace fg::proxy {
 
+// What the gateway knows about one accepted client key (never the key itself).
+struct ApiKeyInfo {
+  std::string name;                      // the tenant of its requests: fair shares, batch ownership
+  std::optional<std::int32_t> priority;  // configured band; absent: routing.default_priority
+};
+
 // Everything a client session needs from the gateway. Owned by the gateway, outlives sessions.
 // A request takes a snapshot of the configuration when it starts (configs->snapshot()) and keeps
 // it to its end.
@@ -28,6 +37,11 @@ struct ProxyContext {
   SlotBroker* broker = nullptr;
   fleet::Registry* registry = nullptr;
   BearerKeys api_keys;  // empty: the public listener is open
+  // One per key of api_keys, in its order: server.api_keys by name, then the keys of
+  // server.api_keys_env (named "api_keys_env#1", ...).
+  std::vector<ApiKeyInfo> key_info;
+  // Keys the prompt block hashes (openai::PromptHasher): random per process.
+  std::uint64_t prompt_key = 0;
   boost::asio::ssl::context* upstream_tls = nullptr;
   std::string upstream_authorization;  // "Bearer <key>" or empty
   net::SessionTracker* sessions = nullptr;

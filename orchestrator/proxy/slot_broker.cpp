@@ -1,38 +1,118 @@
 #include "orchestrator/proxy/slot_broker.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 namespace fg::proxy {
+
+using Clock = std::chrono::steady_clock;
 
 SlotLease& SlotLease::operator=(SlotLease&& other) noexcept {
   if (this != &other) {
     release();
     broker_ = std::exchange(other.broker_, nullptr);
+    waiter_ = other.waiter_;
     replica_ = other.replica_;
+    granted_at_ = other.granted_at_;
   }
   return *this;
 }
 
-void SlotLease::release() {
+void SlotLease::complete(const scheduling::Completion& completion) {
   if (auto* broker = std::exchange(broker_, nullptr)) {
-    broker->release(replica_);
+    broker->finish(waiter_, completion);
   }
 }
 
-asio::awaitable<AcquireResult> SlotBroker::acquire(std::string model,
-                                                   std::vector<ReplicaId> exclude,
-                                                   std::chrono::steady_clock::duration timeout) {
-  const auto start = std::chrono::steady_clock::now();
+void SlotLease::release() {
+  complete(scheduling::Completion{.ok = false});
+}
+
+// Whatever wakes a queued waiter (grant, deadline, cancellation because the client left), it
+// leaves the table before its frame goes away, and a grant is never dropped on the floor.
+struct SlotBroker::Leave {
+  SlotBroker* broker;
+  scheduling::WaiterId id;
+  Waiter* waiter;
+  bool handed_over = false;
+  ~Leave() {
+    broker->waiters_.erase(id);
+    if (waiter->granted) {
+      if (!handed_over) {
+        broker->finish(id, scheduling::Completion{.ok = false});
+      }
+    } else if (!waiter->abandoned) {
+      broker->scheduler_.cancel(id);
+      broker->arm();
+    }
+  }
+};
+
+void SlotBroker::start(const asio::any_io_executor& executor) {
+  asio::co_spawn(executor, wakeup_loop(this), asio::detached);
+}
+
+asio::awaitable<void> SlotBroker::wakeup_loop(SlotBroker* broker) {
+  asio::steady_timer timer(co_await asio::this_coro::executor, Clock::time_point::max());
+  struct Detach {
+    SlotBroker* broker;
+    ~Detach() {
+      broker->wakeup_ = nullptr;
+      broker->armed_.reset();
+    }
+  } detach{broker};
+  broker->wakeup_ = &timer;
+  broker->armed_.reset();
+  broker->arm();
+  for (;;) {
+    // arm() moves the expiry, which cancels this wait (operation_aborted): wait again.
+    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (ec) {
+      continue;
+    }
+    if (broker->armed_ && *broker->armed_ <= Clock::now()) {
+      broker->tick_now();
+    }
+    // It fired: set it to what is due next (arm() leaves an unchanged value alone).
+    timer.expires_at(broker->armed_.value_or(Clock::time_point::max()));
+  }
+}
+
+void SlotBroker::arm() {
+  if (wakeup_ == nullptr) {
+    armed_ = scheduler_.next_wakeup();
+    return;
+  }
+  const auto next = scheduler_.next_wakeup();
+  if (next == armed_) {
+    return;
+  }
+  armed_ = next;
+  wakeup_->expires_at(next.value_or(Clock::time_point::max()));
+}
+
+void SlotBroker::tick_now() {
+  armed_.reset();
+  deliver(scheduler_.tick(Clock::now()));
+}
+
+asio::awaitable<AcquireResult> SlotBroker::acquire(std::string model, scheduling::Request request,
+                                                   Clock::duration timeout) {
+  const auto start = Clock::now();
   const auto id = next_waiter_++;
   AcquireResult result;
-  auto admission = scheduler_.admit(id, model, start, exclude);
+  auto admission = scheduler_.admit(id, model, start, std::move(request));
   switch (admission.outcome) {
     case scheduling::Scheduler::Outcome::granted:
-      result.lease = SlotLease(this, admission.replica);
+      result.lease = SlotLease(this, id, admission.replica, start);
+      arm();
       co_return result;
     case scheduling::Scheduler::Outcome::queue_full:
-      result.error = AcquireError::queue_full;
+      result.error = admission.shed ? AcquireError::shed : AcquireError::queue_full;
+      result.retry_after = admission.retry_after;
+      arm();
       co_return result;
     case scheduling::Scheduler::Outcome::unknown_model:
       result.error = AcquireError::unknown_model;
@@ -44,29 +124,13 @@ asio::awaitable<AcquireResult> SlotBroker::acquire(std::string model,
   asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
   Waiter waiter{&timer};
   waiters_.emplace(id, &waiter);
-  // Whatever wakes us (grant, deadline, cancellation because the client left), the waiter leaves
-  // the table before this frame goes away, and a grant is never dropped on the floor.
-  struct Leave {
-    SlotBroker* broker;
-    scheduling::WaiterId id;
-    Waiter* waiter;
-    bool handed_over = false;
-    ~Leave() {
-      broker->waiters_.erase(id);
-      if (waiter->granted) {
-        if (!handed_over) {
-          broker->release(waiter->replica);
-        }
-      } else if (!waiter->abandoned) {
-        broker->scheduler_.cancel(id);
-      }
-    }
-  } leave{this, id, &waiter};
+  Leave leave{this, id, &waiter};
+  arm();
 
   auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-  result.waited = std::chrono::steady_clock::now() - start;
+  result.waited = Clock::now() - start;
   if (waiter.granted) {
-    result.lease = SlotLease(this, waiter.replica);
+    result.lease = SlotLease(this, id, waiter.replica, waiter.granted_at);
     leave.handed_over = true;
   } else if (waiter.abandoned) {
     result.error = AcquireError::unknown_model;
@@ -78,27 +142,26 @@ asio::awaitable<AcquireResult> SlotBroker::acquire(std::string model,
   co_return result;
 }
 
-void SlotBroker::release(ReplicaId replica) {
-  deliver(scheduler_.release(replica));
+void SlotBroker::finish(WaiterId waiter, const scheduling::Completion& completion) {
+  deliver(scheduler_.complete(waiter, Clock::now(), completion));
 }
 
 void SlotBroker::deliver(const std::vector<scheduling::Grant>& grants) {
+  const auto now = Clock::now();
   for (const auto& grant : grants) {
     auto it = waiters_.find(grant.waiter);
     if (it == waiters_.end()) {
       // Cannot happen (waiters leave the scheduler when they leave the table); never leak a slot.
-      deliver(scheduler_.release(grant.replica));
+      deliver(scheduler_.complete(grant.waiter, now, scheduling::Completion{.ok = false}));
       continue;
     }
     it->second->granted = true;
     it->second->replica = grant.replica;
+    it->second->granted_at = now;
     it->second->timer->cancel();
   }
+  arm();
 }
-
-}  // namespace fg::proxy
-
-namespace fg::proxy {
 
 void SlotBroker::abandon(const std::vector<scheduling::WaiterId>& waiters) {
   for (auto id : waiters) {
@@ -108,6 +171,15 @@ void SlotBroker::abandon(const std::vector<scheduling::WaiterId>& waiters) {
       it->second->timer->cancel();
     }
   }
+  arm();
+}
+
+void SlotBroker::set_group_limit(const std::string& group, std::optional<std::uint32_t> limit) {
+  deliver(scheduler_.set_group_limit(group, limit));
+}
+
+void SlotBroker::set_options(const scheduling::RoutingOptions& options) {
+  deliver(scheduler_.set_options(options));
 }
 
 }  // namespace fg::proxy

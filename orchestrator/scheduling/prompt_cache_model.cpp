@@ -353,6 +353,21 @@ std::size_t PromptCacheModel::slot_blocks(ReplicaId phone, std::uint32_t slot) c
   return blocks_of(it->second.slots[slot].seq).size();
 }
 
+PromptCacheModel::PhoneSummary PromptCacheModel::summary(ReplicaId phone) const {
+  PhoneSummary out;
+  auto it = phones_.find(phone);
+  if (it == phones_.end()) {
+    return out;
+  }
+  for (const Slot& slot : it->second.slots) {
+    out.slot_blocks += blocks_of(slot.seq).size();
+  }
+  out.host_entries = it->second.host.size();
+  out.host_blocks = it->second.host_blocks;
+  out.host_capacity_blocks = it->second.host_capacity;
+  return out;
+}
+
 std::size_t PromptCacheModel::host_entries(ReplicaId phone) const {
   auto it = phones_.find(phone);
   return it == phones_.end() ? 0 : it->second.host.size();

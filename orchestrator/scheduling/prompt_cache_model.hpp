@@ -86,6 +86,19 @@ class PromptCacheModel {
   };
   const Stats& stats() const { return stats_; }
 
+  // What the model believes of one phone (admin API).
+  struct PhoneSummary {
+    std::uint64_t slot_blocks = 0;  // over its slots
+    std::uint64_t host_entries = 0;
+    std::uint64_t host_blocks = 0;
+    std::uint64_t host_capacity_blocks = 0;
+  };
+  PhoneSummary summary(ReplicaId phone) const;
+  // Blocks remembered over every phone (metrics).
+  std::uint64_t blocks_held() const {
+    return (used_ - kBytesPerSequence * seqs_.size()) / kBytesPerBlock;
+  }
+
   // What the model believes (tests, admin).
   std::size_t slot_blocks(ReplicaId phone, std::uint32_t slot) const;
   std::size_t host_entries(ReplicaId phone) const;

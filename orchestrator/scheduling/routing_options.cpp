@@ -1,6 +1,9 @@
 #include "orchestrator/scheduling/routing_options.hpp"
 
+#include <algorithm>
 #include <charconv>
+
+#include "orchestrator/config/config.hpp"
 
 namespace fg::scheduling {
 
@@ -22,6 +25,44 @@ const char* to_string(RoutingPolicy policy) {
       return "expected_finish";
   }
   return "least_loaded";
+}
+
+RoutingOptions routing_options(const config::RoutingConfig& routing,
+                               const std::vector<config::ApiKeyConfig>& api_keys) {
+  using std::chrono::duration_cast;
+  using std::chrono::seconds;
+  RoutingOptions o;
+  o.policy = parse_policy(routing.policy).value_or(RoutingPolicy::least_loaded);
+  o.default_prefill_tps = routing.default_prefill_tps;
+  o.default_decode_tps = routing.default_decode_tps;
+  o.speed_smoothing = routing.speed_smoothing;
+  o.min_prefill_sample_tokens = routing.min_prefill_sample_tokens;
+  o.min_decode_sample_tokens = routing.min_decode_sample_tokens;
+  o.exploration = routing.exploration;
+  o.default_tokens_per_byte = routing.default_tokens_per_byte;
+  o.default_answer_tokens = routing.default_answer_tokens;
+  o.cache_budget_bytes = routing.cache_budget_bytes;
+  o.slot_prompt_similarity = routing.slot_prompt_similarity;
+  o.hold_margin = routing.hold_margin;
+  o.hold_min_gain = routing.hold_min_gain;
+  o.max_overtakes = routing.max_overtakes;
+  o.scan_window = routing.scan_window;
+  o.default_priority = routing.default_priority;
+  o.band_queue_max = routing.band_queue_max;
+  o.fair_share_slack_tokens = routing.fair_share_slack_tokens;
+  // Retry-After is whole seconds: round the bounds up, at least 1 s.
+  auto whole_seconds = [](std::chrono::milliseconds d) {
+    return std::max(seconds(1), duration_cast<seconds>(d + std::chrono::milliseconds(999)));
+  };
+  o.shed_retry_after_min = whole_seconds(routing.shed_retry_after_min);
+  o.shed_retry_after_max =
+      std::max(o.shed_retry_after_min, whole_seconds(routing.shed_retry_after_max));
+  for (const auto& key : api_keys) {
+    if (key.weight != 1.0) {
+      o.tenant_weights[key.name] = key.weight;
+    }
+  }
+  return o;
 }
 
 std::optional<std::int32_t> parse_priority(std::string_view header) {

@@ -9,6 +9,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+namespace fg::config {
+struct RoutingConfig;
+struct ApiKeyConfig;
+}  // namespace fg::config
 
 namespace fg::scheduling {
 
@@ -86,6 +92,10 @@ struct RoutingOptions {
   std::chrono::seconds shed_retry_after_min{1};
   std::chrono::seconds shed_retry_after_max{60};
 };
+
+// routing.* of the YAML, and each named API key's weight (tenant_weights), validated there.
+RoutingOptions routing_options(const config::RoutingConfig& routing,
+                               const std::vector<config::ApiKeyConfig>& api_keys);
 
 // A client's priority header (x-fleetgate-priority): an integer in [-1000, 1000], surrounding
 // spaces allowed; nullopt for anything else (the caller answers 400 naming the header).

@@ -83,6 +83,26 @@ Completion completion_from_answer(const nlohmann::json& answer) {
   return c;
 }
 
+Completion completion_from_stats(const openai::AnswerStats& stats) {
+  Completion c;
+  c.prompt_tokens = stats.prompt_tokens;
+  c.completion_tokens = stats.completion_tokens;
+  c.cached_tokens = stats.cached_tokens;
+  if (stats.prompt_n && stats.prompt_ms && stats.predicted_n && stats.predicted_ms) {
+    c.timings = Timings{.prompt_n = static_cast<double>(*stats.prompt_n),
+                        .prompt_ms = *stats.prompt_ms,
+                        .predicted_n = static_cast<double>(*stats.predicted_n),
+                        .predicted_ms = *stats.predicted_ms};
+    if (stats.cache_n) {
+      c.timings->cache_n = static_cast<double>(*stats.cache_n);
+    }
+  }
+  if (!c.cached_tokens && stats.cache_n) {
+    c.cached_tokens = stats.cache_n;
+  }
+  return c;
+}
+
 const char* to_string(SpeedSnapshot::Source source) {
   switch (source) {
     case SpeedSnapshot::Source::configured_default:

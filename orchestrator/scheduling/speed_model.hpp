@@ -15,6 +15,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/openai/answer.hpp"
 #include "orchestrator/scheduling/routing_options.hpp"
 #include "orchestrator/scheduling/types.hpp"
 
@@ -47,6 +48,9 @@ struct Completion {
 // usage, timings and choices[0].finish_reason of an answer body or of a stream's events merged
 // into one object (chat and completions shapes alike). Missing or mistyped fields stay unset.
 Completion completion_from_answer(const nlohmann::json& answer);
+// The same from what the gateway read while relaying the answer (usage and timings of the body
+// or of the stream's events); truncated and the gateway's times are left for the caller.
+Completion completion_from_stats(const openai::AnswerStats& stats);
 
 struct SpeedSnapshot {
   enum class Source { configured_default, agent_measurement, learned };

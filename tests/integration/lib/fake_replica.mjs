@@ -31,7 +31,9 @@
 // Common fields: delayMs (before the response head), chunked (JSON answers: chunked encoding in
 // three pieces `intervalMs` apart instead of Content-Length), firstChunkDelayMs (head sent at once, first
 // stream event after this delay), chunks, intervalMs, usage (false: never report usage; streams
-// report it only when the request asks with stream_options.include_usage), contentType.
+// report it only when the request asks with stream_options.include_usage), contentType, timings
+// (an object added to JSON answers as llama-server's "timings"). `healthExtra` (a property)
+// holds members added to the GET /health body.
 //
 // Each request record has: seq, method, path, headers, rawBody, json, receivedAt, sent (the bytes
 // the fake wrote), sentPlain (for streams: the bytes it would have written had the request not
@@ -119,6 +121,8 @@ export class FakeReplica extends EventEmitter {
     this.sequence = 0;
     this.probes = [];
     this.healthStatus = 200;
+    // Extra members of the /health body (an agent's speeds and cache facts, for routing tests).
+    this.healthExtra = {};
     this.socketRequests = new WeakMap();
     this.challengeSecret = null;
     this.challenges = [];
@@ -257,7 +261,7 @@ export class FakeReplica extends EventEmitter {
     } else if (req.url.split('?')[0].endsWith('/v1/models')) {
       body = JSON.stringify({ object: 'list', data: this.servedModels.map((id) => ({ id, object: 'model', created: 0, owned_by: 'fake' })) });
     } else if (req.url.split('?')[0].endsWith('/health')) {
-      body = JSON.stringify({ status: 'ok' });
+      body = JSON.stringify({ status: 'ok', ...this.healthExtra });
     } else {
       res.writeHead(404, { 'Content-Type': 'application/json' });
       res.end('{"error":{"message":"not found","type":"invalid_request_error","param":null,"code":null}}');
@@ -555,6 +559,9 @@ export class FakeReplica extends EventEmitter {
         ],
         usage,
       };
+    }
+    if (mode.timings) {
+      doc.timings = mode.timings; // llama-server's per-answer timings, when the test gives them
     }
     // Two-space indentation and a trailing newline: not what a JSON library would produce.
     return JSON.stringify(doc, null, 2) + '\n';

@@ -67,6 +67,29 @@ Reply error_reply(unsigned status, const std::string& message, const std::string
   return reply;
 }
 
+// What the gateway's router seeds its model of this phone with: speeds in tokens per second of
+// wall time (the sim: its profile's, times time_scale; llama-server: the autotune's chosen
+// measurement, null before one), the host prompt cache's size in tokens (0: none or unknown),
+// and how often the engine became ready (a change means its caches were lost).
+void add_routing_facts(const AgentContext& ctx, nlohmann::ordered_json& body) {
+  nlohmann::json prefill = nullptr;
+  nlohmann::json decode = nullptr;
+  std::uint64_t host_tokens = 0;
+  if (ctx.profile != nullptr) {
+    prefill = ctx.profile->prefill_tps * ctx.config.engine.time_scale;
+    decode = ctx.profile->decode_tps * ctx.config.engine.time_scale;
+    host_tokens = ctx.config.engine.host_cache_tokens;
+  } else if (ctx.autotune.chosen && *ctx.autotune.chosen < ctx.autotune.results.size()) {
+    const auto& speeds = ctx.autotune.results[*ctx.autotune.chosen].speeds;
+    prefill = speeds.prefill_tps;
+    decode = speeds.decode_tps;
+  }
+  body["prefill_tps"] = prefill;
+  body["decode_tps"] = decode;
+  body["host_prompt_cache_tokens"] = host_tokens;
+  body["engine_starts"] = ctx.engine_starts;
+}
+
 Reply health_reply(const AgentContext& ctx, const AgentServices& services) {
   const bool draining = ctx.sessions.draining();
   const bool loading = !ctx.engine_ready;
@@ -91,6 +114,7 @@ Reply health_reply(const AgentContext& ctx, const AgentServices& services) {
   if (services.model != nullptr) {
     body["model_download"] = model::progress_json(services.model->progress());
   }
+  add_routing_facts(ctx, body);
   Reply reply;
   reply.status = draining || loading ? 503 : 200;
   reply.body = body.dump();

@@ -22,8 +22,17 @@ const std::vector<std::string> kModelFileKeys = {"url", "sha256", "path"};
 const std::vector<std::string> kTunnelKeys = {"kind", "key_env", "relays", "domain_suffix",
                                               "poll_interval"};
 const std::vector<std::string> kDeploymentKeys = {"window"};
-const std::vector<std::string> kEngineKeys = {
-    "kind", "profile", "time_scale", "jitter", "fail_rate", "seed", "url", "command", "autotune"};
+const std::vector<std::string> kEngineKeys = {"kind",
+                                              "profile",
+                                              "time_scale",
+                                              "jitter",
+                                              "fail_rate",
+                                              "seed",
+                                              "url",
+                                              "command",
+                                              "autotune",
+                                              "slot_prompt_similarity",
+                                              "host_cache_tokens"};
 const std::vector<std::string> kAutotuneKeys = {"threads", "batch_size", "prompt_tokens",
                                                 "predict_tokens"};
 const std::vector<std::string> kGatewayKeys = {"url", "token_env"};
@@ -47,6 +56,8 @@ const std::vector<FlagKey> kFlags = {
     {"--jitter", "engine.jitter"},
     {"--fail-rate", "engine.fail_rate"},
     {"--seed", "engine.seed"},
+    {"--slot-prompt-similarity", "engine.slot_prompt_similarity"},
+    {"--host-cache-tokens", "engine.host_cache_tokens"},
     {"--engine-url", "engine.url"},
     {"--engine-command", "engine.command"},
     {"--autotune-threads", "engine.autotune.threads"},
@@ -193,6 +204,10 @@ void apply_value(AgentConfig& c, const std::string& key, const yaml::Scalar& v, 
     c.engine.fail_rate = v.number_in(0.0, 1.0);
   } else if (key == "engine.seed") {
     c.engine.seed = v.whole();
+  } else if (key == "engine.slot_prompt_similarity") {
+    c.engine.slot_prompt_similarity = v.number_in(0.0, 1.0);
+  } else if (key == "engine.host_cache_tokens") {
+    c.engine.host_cache_tokens = v.whole();
   } else if (key == "engine.url") {
     c.engine.url = v.url(kDefaultEngineUrl);
   } else if (key == "gateway.url") {
@@ -496,8 +511,9 @@ void validate_agent_config(const AgentConfig& c, const Origins& origins) {
       }
     }
   } else {
-    for (const char* key : {"engine.profile", "engine.time_scale", "engine.jitter",
-                            "engine.fail_rate", "engine.seed"}) {
+    for (const char* key :
+         {"engine.profile", "engine.time_scale", "engine.jitter", "engine.fail_rate", "engine.seed",
+          "engine.slot_prompt_similarity", "engine.host_cache_tokens"}) {
       if (origins.count(key) != 0) {
         fail(origin_of(origins, key, key), "only for the sim engine (" + kind + ")");
       }
@@ -582,6 +598,11 @@ std::string usage_text() {
          "  --seed N               engine.seed (sim): answer text and draws (default 0)\n"
          "  --jitter F             engine.jitter (sim): spread speeds by +-F, 0..0.95\n"
          "  --fail-rate F          engine.fail_rate (sim): fraction answered 500, 0..1\n"
+         "  --slot-prompt-similarity F\n"
+         "                         engine.slot_prompt_similarity (sim): llama-server's\n"
+         "                         --slot-prompt-similarity, 0..1 (default 0.1)\n"
+         "  --host-cache-tokens N  engine.host_cache_tokens (sim): host prompt cache\n"
+         "                         (llama-server's --cache-ram) in tokens (default 0: none)\n"
          "  --engine-url URL       engine.url (llama-server, openai; default " +
          std::string(kDefaultEngineUrl) +
          ")\n"

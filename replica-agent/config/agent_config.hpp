@@ -51,6 +51,8 @@ struct EngineConfig {
   double jitter = 0.0;                // 0..0.95
   double fail_rate = 0.0;             // 0..1
   std::uint64_t seed = 0;
+  double slot_prompt_similarity = 0.1;  // 0..1: llama-server's --slot-prompt-similarity
+  std::uint64_t host_cache_tokens = 0;  // the host prompt cache (--cache-ram) in tokens; 0: none
   // llama-server and openai only
   net::Url url;                      // the engine's base URL; default kDefaultEngineUrl
   std::vector<std::string> command;  // llama-server only: argv of a child the agent supervises

@@ -37,22 +37,23 @@ class SlotGuard {
 // shared by several gateways is never overloaded. Pure: no I/O, no clock.
 class Admission {
  public:
-  explicit Admission(std::size_t slots) : cache_(slots), busy_(slots, false) {}
+  explicit Admission(std::size_t slots, sim::PromptCacheOptions cache = {})
+      : cache_(slots, cache), busy_(slots, false) {}
 
   std::size_t total() const { return busy_.size(); }
   std::size_t busy() const { return busy_count_; }
   std::size_t idle() const { return total() - busy_count_; }
 
-  // The idle slot whose cache shares the longest prefix with prompt (llama.cpp's slot choice), or
-  // nullopt when every slot is busy.
+  // The slot llama-server would take for prompt (sim::SlotCache::acquire: prompt similarity,
+  // else least recently used; the host prompt cache), or nullopt when every slot is busy.
   std::optional<SlotGuard> try_acquire(std::string_view prompt) {
-    auto slot = cache_.pick_slot(prompt, busy_);
-    if (!slot) {
+    auto pick = cache_.acquire(prompt, busy_);
+    if (!pick) {
       return std::nullopt;
     }
-    busy_[*slot] = true;
+    busy_[pick->slot] = true;
     ++busy_count_;
-    return SlotGuard(this, *slot);
+    return SlotGuard(this, pick->slot);
   }
 
   // Changes the number of slots (a proxied engine's, once known). Only while none is taken:
@@ -61,7 +62,7 @@ class Admission {
     if (busy_count_ != 0 || slots == 0) {
       return false;
     }
-    cache_ = sim::SlotCache(slots);
+    cache_ = sim::SlotCache(slots, cache_.options());
     busy_.assign(slots, false);
     return true;
   }
@@ -73,6 +74,8 @@ class Admission {
   void remember(const SlotGuard& guard, std::string text) {
     cache_.store(guard.slot(), std::move(text));
   }
+  // Tokens held in the host prompt cache (0 without one).
+  std::size_t host_cache_tokens() const { return cache_.host_tokens(); }
 
  private:
   friend class SlotGuard;
@@ -80,6 +83,7 @@ class Admission {
     if (slot < busy_.size() && busy_[slot]) {
       busy_[slot] = false;
       --busy_count_;
+      cache_.release(slot);
     }
   }
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <random>
 #include <string>
@@ -25,8 +26,10 @@ struct AgentContext {
         profile(sim_profile),
         sim_rng(config.engine.seed),
         id_rng(std::random_device{}()),
-        admission(slots),
+        admission(slots, sim::PromptCacheOptions{config.engine.slot_prompt_similarity,
+                                                 config.engine.host_cache_tokens}),
         engine_ready(false),
+        engine_starts(0),
         public_url(config.public_url) {
     sim.time_scale = config.engine.time_scale;
     sim.jitter = config.engine.jitter;
@@ -46,6 +49,9 @@ struct AgentContext {
   // The engine answers (sim: once started, after model_file; the others: once their health probe
   // passed). Until then /health says "loading" and completions get 503.
   bool engine_ready;
+  // Times the engine became ready (the sim: once, when it starts): a change tells the gateway
+  // that the engine's prompt cache was lost. /health's "engine_starts".
+  std::uint64_t engine_starts;
   // engine.autotune's progress and outcome (state off without it), shown in /health.
   autotune::Report autotune;
   BearerKeys api_key;  // the bearer key /v1/* requires (empty = open), from api_key_env

@@ -334,6 +334,7 @@ asio::awaitable<void> EngineMonitor::probe_loop(EngineMonitor* self) {
       ctx->engine_ready = ready;
       if (ready) {
         self->restarts_ = 0;
+        ++ctx->engine_starts;
         log::info("engine ready", {{"engine", to_string(ctx->config.engine.kind)},
                                    {"url", ctx->config.engine.url.to_string()},
                                    {"slots", ctx->admission.total()}});

@@ -18,18 +18,26 @@ std::string dump(const Json& value) {
   return value.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-double per_second(std::size_t n, double ms) {
-  return ms > 0 ? static_cast<double>(n) * 1000.0 / ms : 0.0;
-}
-
+// llama-server's `timings` object (server_slot_stats::to_json), the same keys in the same order.
+// Decode rates count the steps after the first token, which comes free with the prompt's logits:
+// predicted_per_token_ms = predicted_ms / (predicted_n - 1).
 Json timings_json(const Timings& t) {
-  return Json{{"prompt_n", t.prompt_n},
-              {"cache_n", t.cache_n},
+  const std::size_t steps = t.predicted_n > 0 ? t.predicted_n - 1 : 0;
+  auto per_token = [](double ms, std::size_t n) {
+    return n > 0 ? ms / static_cast<double>(n) : 0.0;
+  };
+  auto per_second = [](std::size_t n, double ms) {
+    return ms > 0 ? 1e3 / ms * static_cast<double>(n) : 0.0;
+  };
+  return Json{{"cache_n", t.cache_n},
+              {"prompt_n", t.prompt_n},
               {"prompt_ms", t.prompt_ms},
+              {"prompt_per_token_ms", per_token(t.prompt_ms, t.prompt_n)},
               {"prompt_per_second", per_second(t.prompt_n, t.prompt_ms)},
               {"predicted_n", t.predicted_n},
               {"predicted_ms", t.predicted_ms},
-              {"predicted_per_second", per_second(t.predicted_n, t.predicted_ms)}};
+              {"predicted_per_token_ms", per_token(t.predicted_ms, steps)},
+              {"predicted_per_second", per_second(steps, t.predicted_ms)}};
 }
 
 Json usage_json(const Usage& u) {
@@ -142,15 +150,17 @@ std::string finish_chunk(const ResponseMeta& meta, std::string_view finish_reaso
   out["choices"] = Json::array({chunk_choice(meta, std::move(piece), Json(finish_reason))});
   if (meta.include_usage) {
     out["usage"] = nullptr;
+  } else {
+    out["timings"] = timings_json(timings);  // the last chunk carries them, as llama-server's
   }
-  out["timings"] = timings_json(timings);
   return dump(out);
 }
 
-std::string usage_chunk(const ResponseMeta& meta, const Usage& usage) {
+std::string usage_chunk(const ResponseMeta& meta, const Usage& usage, const Timings& timings) {
   Json out = chunk_head(meta);
   out["choices"] = Json::array();
   out["usage"] = usage_json(usage);
+  out["timings"] = timings_json(timings);
   return dump(out);
 }
 
@@ -396,7 +406,7 @@ std::string stream_closing(const ResponseMeta& meta, std::string_view text,
     default: {
       std::string out = openai::sse_data(finish_chunk(meta, finish_reason, timings));
       if (meta.include_usage) {
-        out += openai::sse_data(usage_chunk(meta, usage));
+        out += openai::sse_data(usage_chunk(meta, usage, timings));
       }
       out += openai::sse_data("[DONE]");
       return out;

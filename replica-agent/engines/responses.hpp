@@ -54,9 +54,11 @@ std::string full_body(const ResponseMeta& meta, std::string_view text,
 // Stream chunks (JSON payloads, without SSE framing). Chat streams start with a role chunk.
 std::string role_chunk(const ResponseMeta& meta);
 std::string token_chunk(const ResponseMeta& meta, std::string_view token);
+// llama-server puts `timings` on a stream's last chunk: the usage chunk with include_usage, else
+// the finish chunk.
 std::string finish_chunk(const ResponseMeta& meta, std::string_view finish_reason,
                          const Timings& timings);
-std::string usage_chunk(const ResponseMeta& meta, const Usage& usage);
+std::string usage_chunk(const ResponseMeta& meta, const Usage& usage, const Timings& timings);
 
 // A generated answer (chat, completions, responses, messages) in its endpoint's shape: the whole
 // body, or the stream's events, SSE framed. A stream is stream_opening (with the first token),

@@ -1,5 +1,7 @@
 #include "replica-agent/engines/sim_answer.hpp"
 
+#include <algorithm>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -97,7 +99,9 @@ asio::awaitable<void> run_sim_answer(AgentContext* ctx, net::ResponseWriter* wri
     last_token = Clock::now();
   }
   progress->timings.predicted_n = plan.completion_tokens;
-  progress->timings.predicted_ms = ms_between(prefill_end, last_token);
+  // llama.cpp counts at least 1 µs once a token exists (the first can land with the prompt's end).
+  progress->timings.predicted_ms =
+      plan.completion_tokens > 0 ? std::max(0.001, ms_between(prefill_end, last_token)) : 0.0;
   finish_slot(ctx, input, *progress);
 
   bool sent = false;

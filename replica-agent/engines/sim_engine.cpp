@@ -24,7 +24,10 @@ class SimEngine final : public Engine {
   explicit SimEngine(AgentContext* ctx) : ctx_(ctx) {}
 
   // The simulator answers at once (after model_file, when there is one).
-  void start() override { ctx_->engine_ready = true; }
+  void start() override {
+    ctx_->engine_ready = true;
+    ++ctx_->engine_starts;
+  }
 
   std::optional<std::string> count_tokens(Endpoint endpoint, const std::string& prompt) override {
     // Counting tokens reads no prompt into a slot: answered at once, as llama.cpp tokenizes.
@@ -100,8 +103,11 @@ class SimEngine final : public Engine {
     if (progress.finished) {
       ctx->metrics.tokens(static_cast<double>(plan.prompt_tokens),
                           static_cast<double>(plan.completion_tokens));
+      // Decode over the steps after the first token, as llama.cpp's predicted_per_second.
+      const std::size_t steps =
+          progress.timings.predicted_n > 0 ? progress.timings.predicted_n - 1 : 0;
       ctx->metrics.speeds(per_second(progress.timings.prompt_n, progress.timings.prompt_ms),
-                          per_second(progress.timings.predicted_n, progress.timings.predicted_ms));
+                          per_second(steps, progress.timings.predicted_ms));
     }
     // 499 (nginx's "client closed request") when the client left before any response head.
     out.status = q.info->stream || !client_gone ? 200 : 499;

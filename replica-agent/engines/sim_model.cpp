@@ -149,19 +149,42 @@ std::optional<std::size_t> requested_max_tokens(const nlohmann::json& body) {
   return non_negative_integer(body, "max_tokens");
 }
 
-SlotCache::SlotCache(std::size_t slots) : texts_(slots) {}
+SlotCache::SlotCache(std::size_t slots, PromptCacheOptions options)
+    : options_(options), slots_(slots) {}
+
+namespace {
+
+std::size_t lcp_tokens(std::string_view a, std::string_view b) {
+  return common_prefix_chars(a, b) / 4;
+}
+
+double share(std::size_t part, std::size_t whole) {
+  return static_cast<double>(part) / static_cast<double>(whole);
+}
+
+}  // namespace
 
 std::size_t SlotCache::cached_prefix_tokens(std::size_t slot, std::string_view prompt) const {
-  if (slot >= texts_.size() || prompt.empty()) {
+  if (slot >= slots_.size() || prompt.empty()) {
     return 0;
   }
-  std::size_t cached = common_prefix_chars(texts_[slot], prompt) / 4;
+  std::size_t cached = lcp_tokens(slots_[slot].text, prompt);
   return std::min(cached, prompt_tokens_for_chars(prompt.size()) - 1);
 }
 
+std::size_t SlotCache::slot_tokens(std::size_t slot) const {
+  return slot < slots_.size() ? prompt_tokens_for_chars(slots_[slot].text.size()) : 0;
+}
+
 void SlotCache::store(std::size_t slot, std::string text) {
-  if (slot < texts_.size()) {
-    texts_[slot] = std::move(text);
+  if (slot < slots_.size()) {
+    slots_[slot].text = std::move(text);
+  }
+}
+
+void SlotCache::release(std::size_t slot) {
+  if (slot < slots_.size()) {
+    slots_[slot].last_used = releases_++;
   }
 }
 
@@ -169,21 +192,114 @@ void SlotCache::clear(std::size_t slot) {
   store(slot, {});
 }
 
-std::optional<std::size_t> SlotCache::pick_slot(std::string_view prompt,
-                                                const std::vector<bool>& busy) const {
-  std::optional<std::size_t> best;
-  std::size_t best_prefix = 0;
-  for (std::size_t slot = 0; slot < texts_.size(); ++slot) {
-    if (slot < busy.size() && busy[slot]) {
-      continue;
+std::optional<SlotPick> SlotCache::acquire(std::string_view prompt, const std::vector<bool>& busy) {
+  auto idle = [&](std::size_t i) { return i >= busy.size() || !busy[i]; };
+  const std::size_t prompt_tokens = prompt_tokens_for_chars(prompt.size());
+  std::optional<std::size_t> chosen;
+  bool update_host = false;
+  SlotPick pick;
+
+  if (options_.slot_prompt_similarity != 0.0 && prompt_tokens > 0) {
+    double best = 0;
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      if (!idle(i) || slots_[i].text.empty()) {
+        continue;
+      }
+      const double sim = share(lcp_tokens(slots_[i].text, prompt), prompt_tokens);
+      if (sim > best && sim > options_.slot_prompt_similarity) {
+        best = sim;
+        chosen = i;
+      }
     }
-    std::size_t prefix = common_prefix_chars(texts_[slot], prompt);
-    if (!best || prefix > best_prefix) {
-      best = slot;
-      best_prefix = prefix;
+    if (chosen) {
+      pick.by_similarity = true;
+      // About to lose more than half of what the slot holds: llama.cpp saves it first.
+      const double keep =
+          best * static_cast<double>(prompt_tokens) / static_cast<double>(slot_tokens(*chosen));
+      update_host = keep < 0.5;
     }
   }
-  return best;
+  if (!chosen) {
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      if (idle(i) && (!chosen || slots_[i].last_used <= slots_[*chosen].last_used)) {
+        chosen = i;
+      }
+    }
+    if (!chosen) {
+      return std::nullopt;
+    }
+    update_host = true;
+  }
+  pick.slot = *chosen;
+  if (update_host && options_.host_cache_tokens > 0) {
+    save_to_host(slots_[*chosen].text);
+    pick.restored_from_host = load_from_host(slots_[*chosen], prompt);
+  }
+  return pick;
+}
+
+void SlotCache::save_to_host(const std::string& text) {
+  if (text.empty()) {
+    return;
+  }
+  // Already contained in an entry: nothing to save.
+  for (const auto& entry : host_) {
+    if (common_prefix_chars(entry, text) == text.size()) {
+      return;
+    }
+  }
+  const std::size_t tokens = prompt_tokens_for_chars(text.size());
+  if (tokens > options_.host_cache_tokens) {
+    return;  // larger than the whole cache: skipped, so as not to flush it
+  }
+  // Entries the new one contains are obsolete.
+  for (auto it = host_.begin(); it != host_.end();) {
+    if (common_prefix_chars(*it, text) == it->size()) {
+      host_tokens_ -= prompt_tokens_for_chars(it->size());
+      it = host_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  while (!host_.empty() && host_tokens_ + tokens > options_.host_cache_tokens) {
+    host_tokens_ -= prompt_tokens_for_chars(host_.front().size());
+    host_.erase(host_.begin());
+  }
+  host_.push_back(text);
+  host_tokens_ += tokens;
+}
+
+bool SlotCache::load_from_host(Slot& slot, std::string_view prompt) {
+  const std::size_t prompt_tokens = prompt_tokens_for_chars(prompt.size());
+  if (prompt_tokens == 0) {
+    return false;
+  }
+  const std::size_t held = prompt_tokens_for_chars(slot.text.size());
+  const std::size_t lcp = lcp_tokens(slot.text, prompt);
+  // An empty slot: any entry that keeps a quarter of itself wins.
+  double best_keep = held > 0 ? share(lcp, held) : -1.0;
+  double best_sim = share(lcp, prompt_tokens);
+  std::optional<std::size_t> best;
+  for (std::size_t i = 0; i < host_.size(); ++i) {
+    const std::size_t entry_lcp = lcp_tokens(host_[i], prompt);
+    const double keep = share(entry_lcp, prompt_tokens_for_chars(host_[i].size()));
+    const double sim = share(entry_lcp, prompt_tokens);
+    if (keep < 0.25) {
+      continue;  // do not trash large prompts
+    }
+    if (best_keep < keep && best_sim < sim) {
+      best_keep = keep;
+      best_sim = sim;
+      best = i;
+    }
+  }
+  if (!best) {
+    return false;
+  }
+  host_tokens_ -= prompt_tokens_for_chars(host_[*best].size());
+  slot.text = std::move(host_[*best]);
+  host_.erase(host_.begin() + static_cast<std::ptrdiff_t>(*best));
+  return true;
 }
 
 SimPlan plan_request(const SimProfile& profile, const SimOptions& options, std::string_view prompt,

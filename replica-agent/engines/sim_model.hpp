@@ -45,31 +45,77 @@ std::string extract_prompt_text(const nlohmann::json& body);
 // Anthropic) likewise, else nullopt.
 std::optional<std::size_t> requested_max_tokens(const nlohmann::json& body);
 
-// The last text each slot evaluated, so a follow-up prompt sharing a prefix is partly cached, as
-// with llama.cpp's per-slot KV cache.
+// What llama-server keeps of earlier prompts, and how it picks a slot for a new one (its
+// tools/server in the llama.cpp the project builds; docs/simulator.md quotes the rules). Lengths
+// are sim tokens: characters / 4.
+struct PromptCacheOptions {
+  // --slot-prompt-similarity: an idle slot is chosen for its cached prompt only when the common
+  // prefix is more than this share of the new prompt; 0 turns the similarity choice off (LRU
+  // only). llama.cpp's default is 0.1.
+  double slot_prompt_similarity = 0.1;
+  // The host prompt cache (--cache-ram), in tokens; 0: none.
+  std::size_t host_cache_tokens = 0;
+};
+
+// How a slot was chosen, for tests and logs.
+struct SlotPick {
+  std::size_t slot = 0;
+  bool by_similarity = false;       // else least recently used
+  bool restored_from_host = false;  // the slot's prompt was replaced by a host cache entry
+};
+
+// The last text each slot evaluated (prompt + generated answer, as llama.cpp's slot keeps), the
+// host prompt cache, and llama-server's slot choice. Pure: "recently used" is the order of
+// release() calls, not a clock.
 class SlotCache {
  public:
-  explicit SlotCache(std::size_t slots);
+  explicit SlotCache(std::size_t slots, PromptCacheOptions options = {});
 
-  std::size_t slots() const { return texts_.size(); }
+  std::size_t slots() const { return slots_.size(); }
+  const PromptCacheOptions& options() const { return options_; }
 
   // Tokens of `prompt` already in the slot's cache: common prefix in characters / 4 (floor), and
   // at most prompt_tokens - 1 because llama.cpp always re-evaluates at least one token to get
   // logits. 0 for an unknown slot or an empty prompt.
   std::size_t cached_prefix_tokens(std::size_t slot, std::string_view prompt) const;
 
+  // Takes a slot for `prompt` as llama-server's get_available_slot does; nullopt when every slot
+  // is busy (busy[i] true; slots past busy's end are idle). Among idle slots holding something,
+  // the one whose common prefix is the largest share of the prompt (first on ties), if that share
+  // exceeds slot_prompt_similarity; otherwise the least recently released idle slot (never-used
+  // slots first; on ties the highest index, as llama.cpp's `<=` scan). When the slot was taken by
+  // LRU, or keeps less than half of what it holds, and a host cache is configured: the slot's
+  // prompt is saved to the host cache, then the entry that beats the slot on both the share of
+  // itself kept (at least a quarter) and the share of the prompt covered is loaded into the slot
+  // and leaves the host cache.
+  std::optional<SlotPick> acquire(std::string_view prompt, const std::vector<bool>& busy);
+
   // Records what the slot now holds. The agent stores prompt + generated text, so the next turn of
   // the same chat (which repeats both) hits the cache.
   void store(std::size_t slot, std::string text);
+  // The slot's request ended: it becomes the most recently used.
+  void release(std::size_t slot);
   void clear(std::size_t slot);
 
-  // The idle slot (busy[i] false, or i past busy's end) sharing the longest prefix with `prompt`,
-  // lowest index on ties, like llama.cpp's slot similarity choice; nullopt when all are busy.
-  std::optional<std::size_t> pick_slot(std::string_view prompt,
-                                       const std::vector<bool>& busy) const;
+  // The host cache: entries (oldest first) and their tokens.
+  std::size_t host_entries() const { return host_.size(); }
+  std::size_t host_tokens() const { return host_tokens_; }
+  std::size_t slot_tokens(std::size_t slot) const;
 
  private:
-  std::vector<std::string> texts_;
+  struct Slot {
+    std::string text;
+    std::int64_t last_used = -1;  // release order; -1: never used
+  };
+  void save_to_host(const std::string& text);
+  // Loads the best host entry into the slot, if one beats what it holds.
+  bool load_from_host(Slot& slot, std::string_view prompt);
+
+  PromptCacheOptions options_;
+  std::vector<Slot> slots_;
+  std::vector<std::string> host_;  // oldest first
+  std::size_t host_tokens_ = 0;
+  std::int64_t releases_ = 0;
 };
 
 // Everything decided about one request before it runs.

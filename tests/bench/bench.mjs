@@ -9,6 +9,8 @@
 //   scale          thousands of held streams through one gateway; thousands of registered replicas
 //                  being health-checked: gateway RSS and CPU
 //   cpu            instructions per proxied request under valgrind --tool=callgrind
+//   routing        simulated phones with prompt caches and mixed speeds (issue 13): HAProxy
+//                  leastconn, Fleetgate least_loaded and expected_finish (tests/bench/routing.mjs)
 //
 // Results: tests/bench/results/<time>/ (Markdown and CSV, git-ignored), results/latest.md; with
 // --write-docs the tables also replace the generated part of docs/benchmarks.md.
@@ -44,11 +46,12 @@ import {
   waitForPort,
   writeFile,
 } from './lib.mjs';
+import { scenarioRouting } from './routing.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, '../..');
 
-const ALL_SCENARIOS = ['scaling', 'heterogeneous', 'overhead', 'streaming', 'scale', 'cpu'];
+const ALL_SCENARIOS = ['scaling', 'heterogeneous', 'overhead', 'streaming', 'scale', 'cpu', 'routing'];
 
 // ---------------------------------------------------------------------------------------------
 // Arguments
@@ -1198,6 +1201,7 @@ const SCENARIOS = {
   streaming: scenarioStreaming,
   scale: scenarioScale,
   cpu: scenarioCpu,
+  routing: () => scenarioRouting({ BIN, OUT, TMP, QUICK, REPEATS, HAS, problems }),
 };
 
 async function main() {

@@ -164,6 +164,12 @@ describe('OpenAI responses (fast-test profile)', () => {
     assert.ok(h.device.ram_bytes > 0, JSON.stringify(h.device));
     assert.ok(h.device.cpu_cores > 0, JSON.stringify(h.device));
     assert.equal(typeof h.device.cpu_model, 'string');
+    // What the gateway's router seeds from: fast-test's 20000 / 200 tok/s (time scale 1), no
+    // host prompt cache, the engine started once.
+    assert.equal(h.prefill_tps, 20000);
+    assert.equal(h.decode_tps, 200);
+    assert.equal(h.host_prompt_cache_tokens, 0);
+    assert.equal(h.engine_starts, 1);
     const models = await (await fetch(agent.base + '/v1/models')).json();
     assert.equal(models.object, 'list');
     assert.deepEqual(
@@ -232,7 +238,7 @@ describe('OpenAI responses (fast-test profile)', () => {
     assert.equal(body.usage.completion_tokens, 16);
   });
 
-  test('stream: one token per chunk, finish chunk with timings, usage chunk, [DONE]', async () => {
+  test('stream: one token per chunk, finish chunk, usage chunk with timings, [DONE]', async () => {
     const content = 'Is this chargeback legitimate? Customer says the parcel never arrived.';
     const res = await post(
       agent,
@@ -265,8 +271,11 @@ describe('OpenAI responses (fast-test profile)', () => {
     const finish = chunks[17];
     assert.equal(finish.choices[0].finish_reason, 'stop');
     assert.deepEqual(finish.choices[0].delta, {});
-    assert.equal(finish.timings.predicted_n, 16);
+    // llama-server puts the timings on the last chunk: with include_usage, the usage chunk.
+    assert.ok(!('timings' in finish));
     const usage = chunks[18];
+    assert.equal(usage.timings.predicted_n, 16);
+    assert.equal(usage.timings.cache_n, usage.usage.prompt_tokens_details.cached_tokens);
     assert.deepEqual(usage.choices, []);
     assert.equal(usage.usage.prompt_tokens, tokensFor(content.length));
     assert.equal(usage.usage.completion_tokens, 16);

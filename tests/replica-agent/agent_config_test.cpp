@@ -213,6 +213,22 @@ TEST(AgentConfigErrors, BadValuesNameTheKey) {
                          "host:port such as 0.0.0.0:8081, got nothing"));
 }
 
+TEST(AgentConfigParse, SimPromptCacheKeys) {
+  const AgentConfig c =
+      load("model: m\nengine:\n  slot_prompt_similarity: 0.5\n  host_cache_tokens: 100000\n");
+  EXPECT_DOUBLE_EQ(c.engine.slot_prompt_similarity, 0.5);
+  EXPECT_EQ(c.engine.host_cache_tokens, 100000u);
+  const AgentConfig defaults = load("model: m\n");
+  EXPECT_DOUBLE_EQ(defaults.engine.slot_prompt_similarity, 0.1);  // llama.cpp's default
+  EXPECT_EQ(defaults.engine.host_cache_tokens, 0u);
+  EXPECT_TRUE(fails_with("model: m\nengine:\n  slot_prompt_similarity: 1.5\n", 3,
+                         "engine.slot_prompt_similarity", "between 0 and 1"));
+  EXPECT_TRUE(fails_with("model: m\nengine:\n  host_cache_tokens: lots\n", 3,
+                         "engine.host_cache_tokens", "whole number"));
+  EXPECT_TRUE(fails_with("model: m\nengine:\n  kind: llama-server\n  host_cache_tokens: 5\n", 4,
+                         "engine.host_cache_tokens", "only for the sim engine"));
+}
+
 TEST(AgentConfigValidate, ModelIsRequired) {
   EXPECT_TRUE(fails_with("slots: 1\n", 1, "model", "missing"));
 }

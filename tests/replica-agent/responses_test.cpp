@@ -126,5 +126,47 @@ TEST(SimResponses, CountsAndRerank) {
   EXPECT_EQ(body["usage"]["prompt_tokens"], 9);
 }
 
+// llama-server's timings object (server_slot_stats::to_json): its keys in its order, decode rates
+// over the steps after the first token, and on the last chunk of a stream.
+TEST(SimResponses, TimingsAsLlamaServerWritesThem) {
+  const Timings t{
+      .prompt_n = 2000, .cache_n = 5000, .prompt_ms = 500, .predicted_n = 9, .predicted_ms = 400};
+  const Usage usage{7000, 5000, 9};
+  auto meta = meta_for(Endpoint::chat);
+  const json whole = json::parse(full_body(meta, "x", "length", usage, t));
+  std::vector<std::string> keys;
+  const auto ordered = nlohmann::ordered_json::parse(full_body(meta, "x", "length", usage, t));
+  for (const auto& [key, value] : ordered["timings"].items()) {
+    keys.push_back(key);
+  }
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms",
+                                      "prompt_per_second", "predicted_n", "predicted_ms",
+                                      "predicted_per_token_ms", "predicted_per_second"}));
+  EXPECT_EQ(whole["timings"]["cache_n"], 5000);
+  EXPECT_DOUBLE_EQ(whole["timings"]["prompt_per_token_ms"].get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(whole["timings"]["prompt_per_second"].get<double>(), 4000.0);
+  EXPECT_DOUBLE_EQ(whole["timings"]["predicted_per_token_ms"].get<double>(), 50.0);
+  EXPECT_DOUBLE_EQ(whole["timings"]["predicted_per_second"].get<double>(), 20.0);
+  EXPECT_EQ(whole["usage"]["prompt_tokens_details"]["cached_tokens"], 5000);
+
+  // Without include_usage the finish chunk is last and carries them; with it, the usage chunk.
+  for (bool include_usage : {false, true}) {
+    meta.include_usage = include_usage;
+    const auto events = events_of(stream_closing(meta, "x", "length", usage, t));
+    ASSERT_GE(events.size(), 2u);
+    EXPECT_EQ(events.back().data, "[DONE]");
+    for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+      const json chunk = json::parse(events[i].data);
+      const bool last = i + 2 == events.size();
+      EXPECT_EQ(chunk.contains("timings"), last) << include_usage << " chunk " << i;
+      if (last) {
+        EXPECT_EQ(chunk["timings"]["prompt_n"], 2000);
+        EXPECT_EQ(chunk.contains("usage") && chunk["usage"].is_object(), include_usage);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fg::agent

@@ -118,17 +118,149 @@ TEST(SimCache, CachedNeverEqualsFullPrompt) {
   EXPECT_NEAR(p.prefill_seconds, 1.0 / (7000.0 / 195.0), 1e-9);
 }
 
-TEST(SimCache, PickSlotPrefersLongestPrefixAmongIdle) {
+// llama-server's get_available_slot (tools/server/server-context.cpp in the pinned llama.cpp):
+// the idle slot with the largest common-prefix share above --slot-prompt-similarity.
+TEST(SimCache, AcquirePrefersTheLargestPrefixShareAmongIdle) {
   SlotCache cache(4);
   cache.store(1, "system prompt A; user 1");
-  cache.store(2, "system prompt B");
-  EXPECT_EQ(cache.pick_slot("system prompt A; user 2", {}), 1u);
-  EXPECT_EQ(cache.pick_slot("system prompt B; user 9", {false, false, false, false}), 2u);
-  EXPECT_EQ(cache.pick_slot("system prompt A; user 2", {false, true}), 2u);  // 1 busy: next best
-  EXPECT_EQ(cache.pick_slot("unrelated", {}), 0u);  // ties go to the lowest index
-  EXPECT_EQ(cache.pick_slot("x", {true, true, true, true}), std::nullopt);
+  cache.store(2, "system prompt B; user 8");
+  auto a = cache.acquire("system prompt A; user 2", {});
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->slot, 1u);
+  EXPECT_TRUE(a->by_similarity);
+  EXPECT_EQ(cache.acquire("system prompt B; user 9", {false, false, false, false})->slot, 2u);
+  EXPECT_EQ(cache.acquire("system prompt A; user 2", {false, true})->slot, 2u);  // 1 busy
+  EXPECT_EQ(cache.acquire("x", {true, true, true, true}), std::nullopt);
   cache.clear(1);
   EXPECT_EQ(cache.cached_prefix_tokens(1, "system prompt A; user 1"), 0u);
+}
+
+TEST(SimCache, BelowTheSimilarityThresholdTheLeastRecentlyUsedSlotIsTaken) {
+  SlotCache cache(2, PromptCacheOptions{0.5, 0});
+  const std::string shared = prompt_of_tokens(100);
+  cache.store(0, shared + std::string(400, 'x'));  // slot 0 holds 200 tokens
+  cache.release(0);
+  // 100 of 200 tokens shared: 0.5 is not above 0.5, so LRU: slot 1 was never used.
+  auto pick = cache.acquire(shared + std::string(400, 'y'), {});
+  ASSERT_TRUE(pick);
+  EXPECT_EQ(pick->slot, 1u);
+  EXPECT_FALSE(pick->by_similarity);
+  // 100 of 196 tokens: above 0.5, slot 0.
+  pick = cache.acquire(shared + std::string(384, 'y'), {});
+  EXPECT_EQ(pick->slot, 0u);
+  EXPECT_TRUE(pick->by_similarity);
+  // Similarity 0 turns the choice off: LRU only, even for an exact match.
+  SlotCache lru_only(2, PromptCacheOptions{0.0, 0});
+  lru_only.store(0, shared);
+  lru_only.release(0);
+  EXPECT_EQ(lru_only.acquire(shared, {})->slot, 1u);
+}
+
+TEST(SimCache, LeastRecentlyUsedFollowsReleasesNeverUsedFirstHighestIndexOnTies) {
+  SlotCache cache(3);
+  // All never used: llama.cpp's `<=` scan ends on the last one.
+  EXPECT_EQ(cache.acquire("a", {})->slot, 2u);
+  cache.release(2);
+  EXPECT_EQ(cache.acquire("b", {})->slot, 1u);  // 0 and 1 never used: the higher
+  cache.release(1);
+  cache.release(0);
+  cache.release(2);
+  // Release order 2, 1, 0, 2: slot 1 is the least recently used now.
+  EXPECT_EQ(cache.acquire("c", {})->slot, 1u);
+  EXPECT_EQ(cache.acquire("c", {false, true})->slot, 0u);
+}
+
+TEST(SimCache, HostCacheKeepsWhatLruDisplacesAndRestoresIt) {
+  SlotCache cache(1, PromptCacheOptions{0.1, 20000});
+  const std::string p1 = prompt_of_tokens(5000) + "one";
+  const std::string p2 = std::string(20000, 'b');
+  ASSERT_EQ(cache.acquire(p1, {})->slot, 0u);  // empty slot, empty host: nothing to save
+  cache.store(0, p1);
+  cache.release(0);
+  EXPECT_EQ(cache.host_entries(), 0u);
+
+  // An unrelated prompt: LRU, so the slot's prompt goes to the host cache first.
+  auto pick = cache.acquire(p2, {});
+  EXPECT_FALSE(pick->by_similarity);
+  EXPECT_FALSE(pick->restored_from_host);
+  EXPECT_EQ(cache.host_entries(), 1u);
+  EXPECT_EQ(cache.host_tokens(), 5001u);
+  cache.store(0, p2);
+  cache.release(0);
+
+  // p1's prefix again: the slot (p2) shares nothing, the host entry all of it: restored.
+  const std::string again = prompt_of_tokens(5000) + "two";
+  pick = cache.acquire(again, {});
+  EXPECT_TRUE(pick->restored_from_host);
+  EXPECT_EQ(cache.cached_prefix_tokens(0, again), 5000u);
+  // p2 was saved on the way (5,000 tokens) and p1 left the host cache for the slot.
+  EXPECT_EQ(cache.host_entries(), 1u);
+  EXPECT_EQ(cache.host_tokens(), 5000u);
+}
+
+TEST(SimCache, HostCacheDropsTheOldestAndSkipsWhatItHoldsOrCannotFit) {
+  SlotCache cache(1, PromptCacheOptions{0.1, 250});
+  auto cycle = [&](const std::string& text) {
+    ASSERT_TRUE(cache.acquire(text, {}));
+    cache.store(0, text);
+    cache.release(0);
+  };
+  cycle(std::string(400, 'a'));  // 100 tokens
+  cycle(std::string(400, 'b'));  // saves a
+  cycle(std::string(400, 'c'));  // saves b
+  EXPECT_EQ(cache.host_entries(), 2u);
+  cycle(std::string(400, 'd'));  // saves c: a (the oldest) goes to make room
+  EXPECT_EQ(cache.host_entries(), 2u);
+  EXPECT_EQ(cache.host_tokens(), 200u);
+  // A prompt larger than the whole host cache is never saved.
+  cycle(std::string(1200, 'e'));  // saves d, dropping b
+  cycle(std::string(400, 'f'));   // e (300 tokens) does not fit at all
+  EXPECT_EQ(cache.host_entries(), 2u);
+  EXPECT_EQ(cache.host_tokens(), 200u);
+}
+
+TEST(SimCache, HostCacheReplacesEntriesTheSavedPromptContainsAndSkipsContainedOnes) {
+  SlotCache cache(1, PromptCacheOptions{0.1, 100000});
+  const std::string base = prompt_of_tokens(1000);
+  cache.store(0, base);
+  cache.release(0);
+  ASSERT_TRUE(cache.acquire(std::string(400, 'z'), {}));  // LRU: saves base
+  EXPECT_EQ(cache.host_entries(), 1u);
+  cache.store(0, base + std::string(16000, 'l'));  // the slot went on from base
+  cache.release(0);
+  ASSERT_TRUE(cache.acquire(std::string(400, 'w'), {}));  // saves base + l..., which holds base
+  EXPECT_EQ(cache.host_entries(), 1u);
+  EXPECT_EQ(cache.host_tokens(), 5000u);
+  // A prompt an entry already holds is not saved again.
+  cache.store(0, base);
+  cache.release(0);
+  auto pick = cache.acquire(std::string(400, 'v'), {});
+  EXPECT_FALSE(pick->restored_from_host);
+  EXPECT_EQ(cache.host_entries(), 1u);
+  EXPECT_EQ(cache.host_tokens(), 5000u);
+  // That entry keeps 1,000 of its 5,000 tokens for `base`: under a quarter, so not restored.
+  cache.store(0, std::string(400, 'v'));
+  cache.release(0);
+  EXPECT_FALSE(cache.acquire(base + "x", {})->restored_from_host);
+}
+
+TEST(SimCache, KeepingLessThanHalfOfTheSlotSavesItFirst) {
+  SlotCache cache(1, PromptCacheOptions{0.1, 100000});
+  const std::string prefix = prompt_of_tokens(300);
+  const std::string held = prefix + std::string(3600, 'h');  // 1,200 tokens
+  cache.store(0, held);
+  cache.release(0);
+  // Shares 300 tokens with the slot: similar (300 / 400 > 0.1), but keeps 300 / 1200 < 0.5.
+  auto pick = cache.acquire(prefix + std::string(400, 'n'), {});
+  EXPECT_TRUE(pick->by_similarity);
+  EXPECT_EQ(cache.host_entries(), 1u);
+  EXPECT_EQ(cache.host_tokens(), 1200u);
+  // Keeping more than half: nothing saved.
+  SlotCache other(1, PromptCacheOptions{0.1, 100000});
+  other.store(0, held);
+  other.release(0);
+  other.acquire(held + "next", {});
+  EXPECT_EQ(other.host_entries(), 0u);
 }
 
 // The two requests of agent_sim.test.mjs's "simulated timing" tests, exactly: the integration

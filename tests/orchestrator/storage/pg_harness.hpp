@@ -19,11 +19,11 @@ const PgServer& shared_pg_server();
 }  // namespace fg::test
 
 // In a test body: skips with the reason when the binaries are missing, fails when the server does
-// not start; else `url` names the server.
-#define FG_REQUIRE_PG(url)                                               \
+// not start; else the string `var` is the server's URL.
+#define FG_REQUIRE_PG(var)                                               \
   const auto& fg_pg_server_ = ::fg::test::shared_pg_server();            \
   if (!fg_pg_server_.skip_reason.empty()) {                              \
     GTEST_SKIP() << fg_pg_server_.skip_reason;                           \
   }                                                                      \
   ASSERT_FALSE(fg_pg_server_.url.empty()) << "PostgreSQL did not start"; \
-  const std::string url = fg_pg_server_.url
+  const std::string var = fg_pg_server_.url

@@ -218,7 +218,8 @@ auto PostgresStorage::run(F&& f) {
   }
 }
 
-PostgresStorage::PostgresStorage(std::string url) : url_(std::move(url)) {
+PostgresStorage::PostgresStorage(std::string url, int statement_timeout_ms)
+    : url_(std::move(url)), statement_timeout_ms_(statement_timeout_ms) {
   run([this](pg::Connection&) {
     migrate();
     return 0;
@@ -231,6 +232,9 @@ pg::Connection& PostgresStorage::conn() {
   if (!conn_ || !conn_->ok()) {
     conn_.reset();
     conn_.emplace(url_);
+    // The caller may be the gateway's io thread (storage.hpp): no statement holds it longer than
+    // this, whatever the database is waiting for (a lock, a slow disk).
+    conn_->exec("SET statement_timeout = " + std::to_string(statement_timeout_ms_));
   }
   return *conn_;
 }

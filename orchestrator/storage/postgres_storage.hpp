@@ -20,11 +20,14 @@ namespace fg::storage {
 // method is one transaction, most of them one statement. A lost connection fails that call with
 // Error and the next call connects again (a statement whose answer was lost may or may not have
 // committed: the interface's compare-and-set and unique results make a repeat harmless).
-// Blocking calls: used off the io thread, by one thread at a time (storage.hpp).
+// Blocking calls, by one thread at a time (storage.hpp). Each is a round trip to the server; when
+// the caller is the io thread, every statement is capped at `statement_timeout_ms` (a lock or a
+// stalled server fails the call instead of freezing the gateway), connects at 10 s, a vanished
+// server is noticed within 30 s (keep-alives, TCP user timeout: postgres_client.cpp).
 class PostgresStorage final : public Storage {
  public:
   // Connects and creates or checks the schema. Throws Error (the URL's password never in it).
-  explicit PostgresStorage(std::string url);
+  explicit PostgresStorage(std::string url, int statement_timeout_ms = 10'000);
   ~PostgresStorage() override;
   PostgresStorage(const PostgresStorage&) = delete;
   PostgresStorage& operator=(const PostgresStorage&) = delete;
@@ -82,6 +85,7 @@ class PostgresStorage final : public Storage {
   void migrate();
 
   std::string url_;
+  int statement_timeout_ms_;
   std::optional<pg::Connection> conn_;
 };
 

@@ -315,6 +315,26 @@ TEST(PgStorage, ALostConnectionFailsOneCallAndTheNextReconnects) {
   EXPECT_EQ(again->status, BatchStatus::in_progress);
 }
 
+// A statement that waits (here for a lock another session holds) fails at the statement timeout
+// instead of holding its caller, which may be the gateway's io thread.
+TEST(PgStorage, AStatementWaitsAtMostTheStatementTimeout) {
+  FG_REQUIRE_PG(server_url);
+  const std::string url = fresh_schema_url(server_url);
+  PostgresStorage db(url, 300);
+  db.create_batch(running_batch("batch_w"));
+  pg::Connection other(url);
+  pg::Transaction hold(other);
+  hold.exec("LOCK TABLE batches IN ACCESS EXCLUSIVE MODE");
+  try {
+    db.get_batch("alice", "batch_w");
+    FAIL() << "read through an exclusive lock";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("statement timeout"), std::string::npos) << e.what();
+  }
+  hold.commit();
+  EXPECT_TRUE(db.get_batch("alice", "batch_w"));
+}
+
 TEST(PgStorage, AddLinesKeepsAwkwardTextExactly) {
   FG_REQUIRE_PG(server_url);
   const std::string url = fresh_schema_url(server_url);

@@ -363,6 +363,9 @@ int submit(const Client& client, const BatchArgs& args) {
   if (!std::ifstream(args.target, std::ios::binary)) {
     throw Exit{kBatchLocalFile, "cannot open " + args.target};
   }
+  // A refused key is answered from the request's head, and the gateway stops reading soon after:
+  // ask once with a small request, so a wrong key is a clear 401 rather than a broken upload.
+  client.call(http::verb::get, "/v1/batches?limit=1");
   const std::string boundary = random_boundary();
   Request upload{http::verb::post, "/v1/files", "multipart/form-data; boundary=" + boundary, {}};
   upload.body.push_back(

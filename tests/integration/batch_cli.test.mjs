@@ -259,6 +259,11 @@ describe('fleetgate batch against a fake API', () => {
     assert.equal(r.code, 4);
     assert.match(r.stderr, /refused the API key \(HTTP 401: Incorrect API key provided\); pass --api-key or set FLEETGATE_API_KEY/);
     assert.ok(!r.stderr.includes('wrong'), 'the key is not printed');
+    // submit asks with a small request first: a wrong key never starts the upload.
+    const uploads = api.state.requests.filter((q) => q.path === '/v1/files').length;
+    r = await batch(['submit', input, '--url', api.url, '--api-key', 'wrong']);
+    assert.equal(r.code, 4, r.stderr);
+    assert.equal(api.state.requests.filter((q) => q.path === '/v1/files').length, uploads);
     r = await batch(['status', 'batch_nope', '--url', api.url, '--api-key', KEY]);
     assert.equal(r.code, 5);
     assert.match(r.stderr, /\/v1\/batches\/batch_nope: HTTP 404: No such batch/);

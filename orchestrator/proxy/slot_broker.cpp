@@ -23,10 +23,17 @@ void SlotLease::release() {
 asio::awaitable<AcquireResult> SlotBroker::acquire(std::string model,
                                                    std::vector<ReplicaId> exclude,
                                                    std::chrono::steady_clock::duration timeout) {
+  scheduling::Request request;
+  request.exclude = std::move(exclude);
+  co_return co_await acquire(std::move(model), std::move(request), timeout);
+}
+
+asio::awaitable<AcquireResult> SlotBroker::acquire(std::string model, scheduling::Request request,
+                                                   std::chrono::steady_clock::duration timeout) {
   const auto start = std::chrono::steady_clock::now();
   const auto id = next_waiter_++;
   AcquireResult result;
-  auto admission = scheduler_.admit(id, model, start, exclude);
+  auto admission = scheduler_.admit(id, model, start, std::move(request));
   switch (admission.outcome) {
     case scheduling::Scheduler::Outcome::granted:
       result.lease = SlotLease(this, admission.replica);

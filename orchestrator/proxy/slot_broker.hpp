@@ -58,6 +58,9 @@ class SlotBroker {
 
   boost::asio::awaitable<AcquireResult> acquire(std::string model, std::vector<ReplicaId> exclude,
                                                 std::chrono::steady_clock::duration timeout);
+  // The same with the scheduler's whole request (band, tenant, group: the batch runner's).
+  boost::asio::awaitable<AcquireResult> acquire(std::string model, scheduling::Request request,
+                                                std::chrono::steady_clock::duration timeout);
   void release(ReplicaId replica);
   // Wakes the waiters named by grants that came from a fleet change (new replica, more slots).
   void deliver(const std::vector<scheduling::Grant>& grants);

@@ -540,7 +540,9 @@ std::vector<std::int64_t> SqliteStorage::count_batches_by_status() {
 void SqliteStorage::add_lines(const std::string& batch_id, const std::vector<LineInput>& lines) {
   Transaction tx(db_);
   for (const auto& line : lines) {
-    prepare("INSERT INTO lines (batch_id, line_no, custom_id, model, body) VALUES (?, ?, ?, ?, ?)")
+    prepare(
+        "INSERT OR IGNORE INTO lines (batch_id, line_no, custom_id, model, body)"
+        " VALUES (?, ?, ?, ?, ?)")
         .bind(batch_id)
         .bind(line.line_no)
         .bind(line.custom_id)

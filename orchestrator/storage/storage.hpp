@@ -202,8 +202,9 @@ class Storage {
   // Number of batches in each status (index = static_cast<int>(BatchStatus)), for metrics.
   virtual std::vector<std::int64_t> count_batches_by_status() = 0;
 
-  // Lines. add_lines appends validated lines (in pieces, during validation); line numbers are
-  // unique per batch.
+  // Lines. add_lines appends validated lines (in pieces, during validation). Idempotent: a line
+  // number the batch already has is kept as it is (a validation interrupted by a crash runs again
+  // from the start).
   virtual void add_lines(const std::string& batch_id, const std::vector<LineInput>& lines) = 0;
   // Leases at most `limit` claimable lines of `batch_id` to `owner` until `lease_until`, lowest
   // line_no first: pending lines whose `not_before` has come, and leased lines whose lease expired

@@ -226,6 +226,7 @@ TEST_P(StorageConformance, ClaimsLeaseLinesInOrderAndCountAttempts) {
   db_->create_batch(batch("batch_a", "alice", 1));
   db_->add_lines("batch_a", lines(3));
   db_->add_lines("batch_a", {{3, "req-3", "m2", "{}"}});
+  db_->add_lines("batch_a", {{3, "req-3", "m3", "{}"}});  // again: kept as it was
   auto counts = db_->count_lines("batch_a", 100);
   EXPECT_EQ(counts.pending, 4);
   EXPECT_EQ(counts.total(), 4);

@@ -95,6 +95,10 @@ nlohmann::json replica_json(const fleet::ReplicaView& r) {
     j["agent_version"] = r.agent_version;
     j["device"] = r.device;
     j["heartbeat_age_seconds"] = r.heartbeat_age_seconds;
+    j["deployment_id"] =
+        r.deployment_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.deployment_id);
+    j["ends_at"] =
+        r.ends_at ? nlohmann::json(fleet::format_rfc3339(*r.ends_at)) : nlohmann::json(nullptr);
   }
   if (r.removing) {
     j["removing"] = true;
@@ -107,6 +111,8 @@ nlohmann::json model_json(const fleet::ModelView& m) {
           {"desired", m.desired},
           {"registered", m.registered},
           {"healthy", m.healthy},
+          {"ending_within_hour", m.ending_within_hour},
+          {"short_after_endings", m.short_after_endings},
           {"busy_slots", m.busy_slots},
           {"free_slots", m.free_slots},
           {"queue_depth", m.queue_depth},

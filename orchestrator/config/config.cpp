@@ -1,6 +1,7 @@
 #include "orchestrator/config/config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -49,9 +50,31 @@ const std::vector<std::string> kAdminKeys = {"listen", "tls", "token_env", "prom
 const std::vector<std::string> kHealthKeys = {"interval",        "timeout",       "path",
                                               "unhealthy_after", "healthy_after", "eject_after"};
 const std::vector<std::string> kRegistrationKeys = {"token_env", "allowed_urls", "expire_after",
-                                                    "heartbeat_interval"};
-const std::vector<std::string> kModelKeys = {"name",      "replicas", "slots",
-                                             "endpoints", "health",   "local"};
+                                                    "heartbeat_interval", "url_challenge"};
+const std::vector<std::string> kModelKeys = {"name",   "replicas", "slots", "endpoints",
+                                             "health", "local",    "deploy"};
+const std::vector<std::string> kDeployKeys = {"acurast"};
+const std::vector<std::string> kAcurastKeys = {"network",
+                                               "gateway_url",
+                                               "model_file",
+                                               "execution_window",
+                                               "start_delay",
+                                               "max_start_delay",
+                                               "renew_overlap",
+                                               "max_cost_per_execution",
+                                               "min_ram_bytes",
+                                               "only_attested_devices",
+                                               "restart_policy",
+                                               "required_modules",
+                                               "min_processor_reputation",
+                                               "image",
+                                               "context_size",
+                                               "stable_url"};
+const std::vector<std::string> kModelFileKeys = {"url", "sha256"};
+const std::vector<std::string> kImageKeys = {"url", "sha256"};
+const std::vector<std::string> kAcurastNetworks = {"mainnet", "canary"};
+const std::vector<std::string> kRestartPolicies = {"no", "onFailure", "always"};
+const std::vector<std::string> kExtraModules = {"DataEncryption", "LLM", "Shell"};
 const std::vector<std::string> kLocalKeys = {"count", "engine", "profile", "time_scale", "slots"};
 const std::vector<std::string> kEndpointKeys = {"url", "slots"};
 const std::vector<std::string> kRoutingKeys = {"queue_max", "queue_timeout", "request_timeout",
@@ -228,7 +251,109 @@ class Parser {
         out.endpoints.push_back(parse_endpoint(ep, out.slots));
       }
     }
+    if (const Value* d = s.find("deploy")) {
+      const Map ds = d->map(kDeployKeys);
+      if (const Value* a = ds.find("acurast")) {
+        out.acurast = parse_acurast(a->map(kAcurastKeys));
+        if (out.replicas == 0) {
+          // The model's replicas is the number of phones rented: it must be stated.
+          s.fail_at(s.has("replicas") ? s.line_of("replicas") : ds.line_of("acurast"),
+                    s.path_of("replicas"),
+                    "must be at least 1 for a model with deploy.acurast: it is the number of "
+                    "phones rented");
+        }
+        if (out.acurast->stable_url && out.replicas != 1) {
+          a->map(kAcurastKeys)
+              .fail("stable_url",
+                    "true needs replicas: 1: every phone of a deployment gets the same "
+                    "environment, so one tunnel key would give all of them one URL");
+        }
+      }
+    }
     return s.line_of("name");
+  }
+
+  static bool is_hex64(const std::string& text) {
+    return text.size() == 64 && std::all_of(text.begin(), text.end(), [](char c) {
+             return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+           });
+  }
+
+  static void read_url_and_sha(const Map& m, std::string& url, std::string& sha,
+                               std::string_view what) {
+    if (!m.read_string("url", url) || url.empty()) {
+      m.fail("url", "missing; the URL of " + std::string(what) + " is required");
+    }
+    if (url.rfind("https://", 0) != 0 && url.rfind("http://", 0) != 0) {
+      m.fail("url", "must be an http:// or https:// URL, got " + yaml::quote(url));
+    }
+    if (!m.read_string("sha256", sha) || sha.empty()) {
+      m.fail("sha256", "missing; the SHA-256 of " + std::string(what) +
+                           " (64 hex characters) is required, so a changed file is refused");
+    }
+    if (!is_hex64(sha)) {
+      m.fail("sha256", "expected 64 hex characters, got " + yaml::quote(sha));
+    }
+    std::transform(sha.begin(), sha.end(), sha.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  }
+
+  static AcurastDeployConfig parse_acurast(const Map& s) {
+    AcurastDeployConfig a;
+    a.line = s.line();
+    s.read_one_of("network", a.network, kAcurastNetworks);
+    if (!s.read_string("gateway_url", a.gateway_url) || a.gateway_url.empty()) {
+      s.fail("gateway_url",
+             "missing; the URL at which the phones reach this gateway's admin listener to "
+             "register (e.g. https://gw.example.com:9090)");
+    }
+    if (!net::parse_url(a.gateway_url)) {
+      s.fail("gateway_url", "not a valid http:// or https:// URL: " + yaml::quote(a.gateway_url));
+    }
+    if (const Value* f = s.find("model_file")) {
+      read_url_and_sha(f->map(kModelFileKeys), a.model_url, a.model_sha256, "the model's GGUF");
+    } else {
+      s.fail("model_file",
+             "missing; {url, sha256} of the GGUF file the phones download is required");
+    }
+    s.read_duration("execution_window", a.execution_window, false);
+    s.read_duration("start_delay", a.start_delay, true);
+    s.read_duration("max_start_delay", a.max_start_delay, true);
+    s.read_duration("renew_overlap", a.renew_overlap, true);
+    if (a.renew_overlap >= a.execution_window) {
+      s.fail(s.has("renew_overlap") ? "renew_overlap" : "execution_window",
+             "renew_overlap must be shorter than execution_window, got " +
+                 format_duration(a.renew_overlap) + " and " + format_duration(a.execution_window));
+    }
+    if (!s.read_whole("max_cost_per_execution", a.max_cost_per_execution, 1)) {
+      s.fail("max_cost_per_execution",
+             "missing; the most one phone's execution may cost, in the smallest ACU unit "
+             "(1 ACU = 10^12), e.g. 1000000000000 for 1 ACU");
+    }
+    s.read_whole("min_ram_bytes", a.min_ram_bytes);
+    s.read_bool("only_attested_devices", a.only_attested_devices);
+    s.read_one_of("restart_policy", a.restart_policy, kRestartPolicies);
+    if (const Value* mods = s.find("required_modules")) {
+      for (const Value& item : mods->list("a list of Acurast modules such as [DataEncryption]")) {
+        const std::string name = item.scalar().text("a module name");
+        if (std::find(kExtraModules.begin(), kExtraModules.end(), name) == kExtraModules.end()) {
+          item.fail("unknown Acurast module " + yaml::quote(name) +
+                    "; known: DataEncryption, LLM, Shell");
+        }
+        if (name != "Shell" && std::find(a.required_modules.begin(), a.required_modules.end(),
+                                         name) == a.required_modules.end()) {
+          a.required_modules.push_back(name);
+        }
+      }
+    }
+    s.read_whole("min_processor_reputation", a.min_processor_reputation);
+    if (const Value* img = s.find("image")) {
+      read_url_and_sha(img->map(kImageKeys), a.image_url, a.image_sha256,
+                       "the Shell runtime's distro image (.tar.xz)");
+    }
+    s.read_whole("context_size", a.context_size, 256, 1u << 20);
+    s.read_bool("stable_url", a.stable_url);
+    return a;
   }
 
   static LocalFleetConfig parse_local(const Map& s) {
@@ -338,6 +463,7 @@ class Parser {
     }
     s.read_duration("expire_after", out.expire_after, false);
     s.read_duration("heartbeat_interval", out.heartbeat_interval, false);
+    s.read_bool("url_challenge", out.url_challenge);
     if (!out.token_env.empty() && out.allowed_urls.empty()) {
       s.fail_at(s.line_of(urls != nullptr ? "allowed_urls" : "token_env"),
                 s.path_of("allowed_urls"),

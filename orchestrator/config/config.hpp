@@ -75,6 +75,8 @@ struct RegistrationConfig {
   std::vector<std::string> allowed_urls;
   milliseconds expire_after{600000};       // no heartbeat for this long -> gone
   milliseconds heartbeat_interval{10000};  // returned to agents as heartbeat_interval_s
+  // A registered URL must answer the challenge (fleet/url_challenge.hpp) before it gets traffic.
+  bool url_challenge = true;
   bool enabled() const { return !token_env.empty(); }
 };
 
@@ -93,6 +95,33 @@ struct LocalFleetConfig {
   std::uint32_t slots = 0;            // per agent; 0 = the profile's own
 };
 
+// `models[i].deploy.acurast`: what `fleetgate deploy acurast` renders for the model (issue 12;
+// docs/deploy-acurast.md). The gateway itself only validates it.
+struct AcurastDeployConfig {
+  std::string network = "mainnet";  // mainnet | canary
+  // Where the phones' agents register: the gateway's admin listener as the phones reach it.
+  std::string gateway_url;
+  std::string model_url;     // model_file.url: the GGUF the agent downloads (http or https)
+  std::string model_sha256;  // model_file.sha256: 64 hex characters
+  milliseconds execution_window{24 * 3600 * 1000};  // how long each phone runs (> 0)
+  milliseconds start_delay{10 * 60 * 1000};         // startAt.msFromNow
+  milliseconds max_start_delay{10 * 60 * 1000};     // maxAllowedStartDelayInMs
+  milliseconds renew_overlap{3600 * 1000};          // --renew: the next one starts this long before
+  std::uint64_t max_cost_per_execution = 0;         // smallest ACU unit; required (> 0)
+  std::uint64_t min_ram_bytes = 0;                  // benchmarkFilters.minRamTotalBytes; 0 = none
+  bool only_attested_devices = true;
+  std::string restart_policy = "onFailure";   // no | onFailure | always
+  std::vector<std::string> required_modules;  // besides Shell: DataEncryption, LLM
+  std::uint32_t min_processor_reputation = 0;
+  std::string image_url;              // the Shell runtime's distro image; defaults in deploy/
+  std::string image_sha256;           // its sha256 (64 hex)
+  std::uint32_t context_size = 8192;  // llama-server --ctx-size (whole, shared by the slots)
+  // One fixed tunnel key (FLEETGATE_TUNNEL_KEY, so one URL known before deploy): only for one
+  // phone per deployment; otherwise each phone makes its own key and URL.
+  bool stable_url = false;
+  int line = 0;  // of `acurast:`, for messages
+};
+
 struct ModelConfig {
   std::string name;
   std::uint32_t replicas = 0;  // desired replica count (0 = not stated: the endpoint count)
@@ -100,6 +129,7 @@ struct ModelConfig {
   std::vector<Endpoint> endpoints;
   HealthConfig health;  // resolved: the global health settings overridden by the model's own
   std::optional<LocalFleetConfig> local;
+  std::optional<AcurastDeployConfig> acurast;  // deploy.acurast
   // The fleet size to aim for: replicas when stated, else static endpoints plus local agents.
   std::uint32_t desired_replicas() const {
     if (replicas != 0) {

@@ -12,6 +12,8 @@
 #include "common/net/resolver.hpp"
 #include "common/net/server.hpp"
 #include "orchestrator/fleet/local_fleet.hpp"
+#include "orchestrator/fleet/url_challenge.hpp"
+#include "orchestrator/fleet/url_challenge_fetch.hpp"
 #include "orchestrator/metrics/metrics.hpp"
 
 namespace fg::fleet {
@@ -49,6 +51,8 @@ FleetManager::FleetManager(asio::any_io_executor executor, const config::ConfigS
                            std::string upstream_authorization, Deliver deliver, Abandon abandon)
     : executor_(executor),
       configs_(configs),
+      tls_(tls),
+      upstream_authorization_(upstream_authorization),
       registry_(registry),
       scheduler_(scheduler),
       metrics_(metrics),
@@ -96,6 +100,9 @@ void FleetManager::stop() {
   for (const auto& replica : registry_.all()) {
     if (replica->stop_probe) {
       replica->stop_probe();
+    }
+    if (replica->stop_challenge) {
+      replica->stop_challenge();
     }
   }
 }
@@ -217,6 +224,13 @@ void FleetManager::on_probe(Replica& replica, const health::ProbeOutcome& outcom
   if (outcome.result == health::ProbeResult::fail) {
     log::debug("probe failed", {{"replica", replica.name}, {"error", outcome.error}});
   }
+  if (replica.challenge_pending) {
+    // Whatever the URL answers, it is not this agent's until it passed the challenge: it stays
+    // joining, with the challenge's reason. The tracker holds it and counts the probes, so the
+    // pass applies them at once.
+    tracker_.on_probe(replica.id, outcome.result, now);
+    return;
+  }
   if (wrong_model) {
     // A definite answer, not a flaky one: out of rotation at once, with the reason.
     apply(tracker_.mark_unhealthy(replica.id, outcome.error));
@@ -274,6 +288,64 @@ void FleetManager::sweep() {
       apply(tracker_.mark_gone(id));
       finish_removal(id);
     }
+  }
+}
+
+void FleetManager::start_challenge(const std::shared_ptr<Replica>& replica) {
+  replica->challenge_pending = true;
+  replica->challenge_failures = 0;
+  replica->state_reason = "url_challenge_pending";
+  tracker_.hold(replica->id);
+  net::spawn_logged(executor_, challenge_loop(this, replica), "url challenge");
+}
+
+asio::awaitable<void> FleetManager::challenge_loop(FleetManager* self,
+                                                   std::shared_ptr<Replica> replica) {
+  asio::steady_timer timer(self->executor_);
+  replica->stop_challenge = [&timer] { timer.cancel(); };
+  struct Forget {
+    Replica* replica;
+    ~Forget() { replica->stop_challenge = nullptr; }
+  } forget{replica.get()};
+  const auto ended = [self, &replica] {
+    return self->stopped_ || replica->removed || self->book_.find(replica->id) == nullptr;
+  };
+  std::string last_why;
+  while (!ended()) {
+    // Read for each attempt: the secret is the one issued now, the timeout the one in force.
+    const std::string secret = self->book_.find(replica->id)->secret;
+    const auto config = self->configs_->snapshot();
+    const auto* model = config->find_model(replica->model);
+    const auto timeout = model ? model->health.timeout : config->health.timeout;
+    const std::string nonce = make_challenge_nonce();
+    const ChallengeFetch fetch = co_await fetch_challenge(replica->url, nonce, self->tls_, timeout,
+                                                          self->upstream_authorization_);
+    if (ended()) {
+      break;
+    }
+    const ChallengeVerdict verdict = judge_challenge(fetch, secret, nonce);
+    if (verdict.passed) {
+      replica->challenge_pending = false;
+      replica->state_reason = "url challenge passed";
+      self->apply(self->tracker_.release(replica->id));
+      log::info("url challenge passed", {{"replica", replica->name},
+                                         {"url", replica->url.to_string()},
+                                         {"attempts", replica->challenge_failures + 1}});
+      break;
+    }
+    ++replica->challenge_failures;
+    replica->state_reason = std::string(kChallengeFailedPrefix) + verdict.why;
+    if (verdict.why != last_why) {
+      // Once per distinct reason: an agent still starting answers 503 once or twice.
+      log::warn("url challenge failed; the replica stays joining",
+                {{"replica", replica->name},
+                 {"url", replica->url.to_string()},
+                 {"reason", verdict.why},
+                 {"attempts", replica->challenge_failures}});
+      last_why = verdict.why;
+    }
+    timer.expires_after(challenge_retry_delay(replica->challenge_failures));
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
   }
 }
 
@@ -383,14 +455,21 @@ RegisterResult FleetManager::register_replica(const RegistrationRequest& request
               {{"replica", replica->name}, {"slots", plan.slots}});
   }
   result.secret = book_.record(replica->id, request, now, std::move(keep));
+  if ((plan.action == Action::create || plan.action == Action::replace) &&
+      config().registration.url_challenge) {
+    start_challenge(replica);
+  }
   result.id = replica->name;
   result.heartbeat_interval = config().registration.heartbeat_interval;
   result.slots = replica->slots;
   result.slots_capped = plan.slots_capped;
-  log::info("replica registered", {{"replica", replica->name},
-                                   {"model", request.model},
-                                   {"url", url},
-                                   {"slots", replica->slots}});
+  log::info("replica registered",
+            {{"replica", replica->name},
+             {"model", request.model},
+             {"url", url},
+             {"slots", replica->slots},
+             {"deployment_id", request.deployment_id},
+             {"ends_at", request.ends_at ? format_rfc3339(*request.ends_at) : std::string()}});
   return result;
 }
 
@@ -496,6 +575,8 @@ ReplicaView FleetManager::view_of(const Replica& replica) const {
     v.device = r->device;
     v.heartbeat_age_seconds =
         std::chrono::duration<double>(Clock::now() - r->last_heartbeat).count();
+    v.deployment_id = r->deployment_id;
+    v.ends_at = r->ends_at;
   }
   return v;
 }
@@ -508,9 +589,26 @@ std::vector<ReplicaView> FleetManager::replicas() const {
   return out;
 }
 
+std::vector<EndingFacts> FleetManager::ending_facts(const std::string& model) const {
+  std::vector<EndingFacts> facts;
+  for (const auto& replica : registry_.all()) {
+    if (replica->model != model) {
+      continue;
+    }
+    EndingFacts f;
+    f.healthy = tracker_.state(replica->id) == State::healthy;
+    if (const Registration* r = book_.find(replica->id)) {
+      f.ends_at = r->ends_at;
+    }
+    facts.push_back(f);
+  }
+  return facts;
+}
+
 std::vector<ModelView> FleetManager::models() const {
   std::vector<ModelView> out;
   const auto now = Clock::now();
+  const auto wall_now = std::chrono::system_clock::now();
   const auto all = registry_.all();
   for (const auto& model : config().models) {
     ModelView m;
@@ -518,6 +616,7 @@ std::vector<ModelView> FleetManager::models() const {
     for (const auto& replica : all) {
       m.registered += replica->model == model.name ? 1 : 0;
     }
+    m.ending_within_hour = count_ending(ending_facts(model.name), wall_now);
     m.healthy = tracker_.healthy_count(model.name);
     m.desired = model.desired_replicas();
     m.busy_slots = scheduler_.busy_slots(model.name);
@@ -527,6 +626,7 @@ std::vector<ModelView> FleetManager::models() const {
       m.oldest_queued_seconds = std::chrono::duration<double>(now - *since).count();
     }
     m.degraded = m.healthy < m.desired;
+    m.short_after_endings = short_after_endings(m.healthy, m.ending_within_hour, m.desired);
     out.push_back(std::move(m));
   }
   return out;
@@ -657,6 +757,9 @@ void FleetManager::update_metrics() {
     const auto desired = model.desired_replicas();
     metrics_.set_replicas_desired(model.name, desired);
     metrics_.set_degraded(model.name, counts[State::healthy] < desired);
+    metrics_.set_replicas_ending(
+        model.name, static_cast<double>(
+                        count_ending(ending_facts(model.name), std::chrono::system_clock::now())));
   }
   if (config().metrics.per_replica) {
     for (const auto& replica : registry_.all()) {

@@ -100,6 +100,8 @@ class FleetManager {
   std::shared_ptr<Replica> by_name(std::string_view name) const;
   health::Thresholds thresholds_for(const std::string& model) const;
   ReplicaView view_of(const Replica& replica) const;
+  // Per replica of a model: healthy, and when its deployment ends (when its agent said).
+  std::vector<EndingFacts> ending_facts(const std::string& model) const;
   RunningFleet running() const;
   void apply_plan(const ReloadPlan& plan);
 
@@ -111,11 +113,19 @@ class FleetManager {
   void sweep();
   static boost::asio::awaitable<void> sweep_loop(FleetManager* self);
 
+  // Proof of URL control: fetches the challenge through the replica's URL until it passes (with
+  // back-off), the replica is removed or its registration ends.
+  void start_challenge(const std::shared_ptr<Replica>& replica);
+  static boost::asio::awaitable<void> challenge_loop(FleetManager* self,
+                                                     std::shared_ptr<Replica> replica);
+
   // The configuration in force now (reloads replace it).
   const config::Config& config() const { return configs_->current(); }
 
   boost::asio::any_io_executor executor_;
   const config::ConfigSource* configs_;
+  boost::asio::ssl::context* tls_;
+  std::string upstream_authorization_;
   Registry& registry_;
   scheduling::Scheduler& scheduler_;
   metrics::Metrics& metrics_;

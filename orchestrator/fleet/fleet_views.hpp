@@ -45,6 +45,8 @@ struct ReplicaView {
   std::string agent_version;
   nlohmann::json device = nlohmann::json::object();
   double heartbeat_age_seconds = 0;
+  std::string deployment_id;  // "" when the agent named none
+  std::optional<std::chrono::system_clock::time_point> ends_at;
 };
 
 struct ModelView {
@@ -52,11 +54,14 @@ struct ModelView {
   std::uint32_t desired = 0;
   std::size_t registered = 0;  // replicas known for it, whatever their state
   std::size_t healthy = 0;
+  // Healthy replicas whose deployment ends within the next hour (deployment.hpp).
+  std::size_t ending_within_hour = 0;
   std::uint32_t busy_slots = 0;
   std::uint32_t free_slots = 0;
   std::size_t queue_depth = 0;
   double oldest_queued_seconds = 0;
-  bool degraded = false;  // healthy < desired
+  bool degraded = false;             // healthy < desired
+  bool short_after_endings = false;  // healthy - ending_within_hour < desired
 };
 
 struct RegisterResult {

@@ -108,6 +108,28 @@ ParsedRegistration parse_registration(std::string_view body) {
   if (auto v = doc.find("agent_version"); v != doc.end() && v->is_string()) {
     request.agent_version = v->get_ref<const std::string&>().substr(0, kMaxAgentVersion);
   }
+  if (auto d = doc.find("deployment_id"); d != doc.end() && !d->is_null()) {
+    if (!d->is_string() || d->get_ref<const std::string&>().empty() ||
+        d->get_ref<const std::string&>().size() > kMaxDeploymentId) {
+      return refuse(RequestError::bad_deployment, "\"deployment_id\" must be a string of 1 to " +
+                                                      std::to_string(kMaxDeploymentId) +
+                                                      " characters");
+    }
+    request.deployment_id = d->get<std::string>();
+  }
+  if (auto e = doc.find("ends_at"); e != doc.end() && !e->is_null()) {
+    std::optional<SystemTime> ends;
+    if (e->is_string()) {
+      ends = parse_rfc3339(e->get_ref<const std::string&>());
+    }
+    if (!ends) {
+      return refuse(RequestError::bad_deployment,
+                    "\"ends_at\" must be an RFC 3339 time such as \"2026-12-04T18:00:00Z\"" +
+                        (e->is_string() ? ", got \"" + excerpt(e->get<std::string>()) + "\""
+                                        : std::string()));
+    }
+    request.ends_at = ends;
+  }
   // The document is within the depth limit, so dumping and copying the device are bounded.
   if (auto d = doc.find("device");
       d != doc.end() && d->is_object() && d->dump().size() <= kMaxDeviceBytes) {
@@ -203,6 +225,8 @@ const std::string& RegistrationBook::record(ReplicaId id, const RegistrationRequ
   r.last_heartbeat = now;
   r.agent_version = request.agent_version;
   r.device = request.device;
+  r.deployment_id = request.deployment_id;
+  r.ends_at = request.ends_at;
   return r.secret;
 }
 

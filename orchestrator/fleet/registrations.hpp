@@ -18,6 +18,7 @@
 
 #include "common/net/url.hpp"
 #include "orchestrator/config/config.hpp"
+#include "orchestrator/fleet/deployment.hpp"
 #include "orchestrator/scheduling/scheduler.hpp"
 
 namespace fg::fleet {
@@ -47,6 +48,9 @@ struct RegistrationRequest {
   std::optional<std::uint32_t> slots;  // none: the model's default
   std::string agent_version;           // at most 64 characters
   nlohmann::json device = nlohmann::json::object();
+  // The Acurast deployment the phone belongs to and when it ends (both optional).
+  std::string deployment_id;  // at most kMaxDeploymentId characters
+  std::optional<SystemTime> ends_at;
 };
 
 enum class RequestError {
@@ -58,6 +62,7 @@ enum class RequestError {
   bad_url,
   missing_model,
   bad_slots,
+  bad_deployment,  // deployment_id not a short string, or ends_at not an RFC 3339 time
 };
 
 struct ParsedRegistration {
@@ -111,6 +116,8 @@ struct Registration {
   std::chrono::steady_clock::time_point last_heartbeat;
   std::string agent_version;
   nlohmann::json device = nlohmann::json::object();
+  std::string deployment_id;
+  std::optional<SystemTime> ends_at;
 };
 
 enum class SecretCheck { ok, unknown, wrong_secret };

@@ -34,6 +34,9 @@ void Registry::remove(ReplicaId id) {
   if (it->second->stop_probe) {
     it->second->stop_probe();
   }
+  if (it->second->stop_challenge) {
+    it->second->stop_challenge();
+  }
   replicas_.erase(it);
 }
 

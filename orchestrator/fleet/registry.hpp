@@ -58,6 +58,12 @@ struct Replica {
 
   // The probe loop's timer, so that removal can wake it (and so end it) at once.
   std::function<void()> stop_probe;
+
+  // Proof of URL control (url_challenge.hpp): a registered replica is not routable, and its probes
+  // are not counted, until its URL answered the challenge. The loop's timer, as stop_probe.
+  bool challenge_pending = false;
+  std::uint32_t challenge_failures = 0;
+  std::function<void()> stop_challenge;
 };
 
 class Registry {

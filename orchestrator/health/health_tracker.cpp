@@ -106,6 +106,12 @@ std::optional<Transition> HealthTracker::on_probe(ReplicaId id, ProbeResult resu
   if (e == nullptr || e->state == State::draining || e->state == State::gone) {
     return std::nullopt;
   }
+  if (e->held) {
+    // Counted, so that a release can apply them at once; no state changes meanwhile.
+    e->probe_passes = result == ProbeResult::pass ? e->probe_passes + 1 : 0;
+    e->probe_failures = result == ProbeResult::fail ? e->probe_failures + 1 : 0;
+    return std::nullopt;
+  }
   switch (result) {
     case ProbeResult::pass: {
       e->probe_failures = 0;
@@ -139,6 +145,25 @@ std::optional<Transition> HealthTracker::on_probe(ReplicaId id, ProbeResult resu
       }
       return move(id, *e, State::joining, "model loading");
     }
+  }
+  return std::nullopt;
+}
+
+void HealthTracker::hold(ReplicaId id) {
+  if (Entry* e = find(id)) {
+    e->held = true;
+  }
+}
+
+std::optional<Transition> HealthTracker::release(ReplicaId id) {
+  Entry* e = find(id);
+  if (e == nullptr || !e->held) {
+    return std::nullopt;
+  }
+  e->held = false;
+  if (e->state == State::joining && e->probe_passes >= at_least_one(e->thresholds.healthy_after)) {
+    return move(id, *e, State::healthy,
+                "probe passed " + std::to_string(e->probe_passes) + " times");
   }
   return std::nullopt;
 }

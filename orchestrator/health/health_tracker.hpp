@@ -61,6 +61,11 @@ class HealthTracker {
   // Probes must then prove it again (healthy_after passes).
   std::optional<Transition> mark_unhealthy(ReplicaId id, std::string reason);
 
+  // Holds a replica where it is (proof of URL control pending): probes are still counted, but
+  // change no state. Releasing it applies what they proved (healthy_after passes: healthy).
+  void hold(ReplicaId id);
+  std::optional<Transition> release(ReplicaId id);
+
   // When the next probe of this replica is due. jitter_unit is a random number in [0, 1)
   // supplied by the caller. After a passive ejection the back-off delay applies instead.
   TimePoint next_probe_at(ReplicaId id, TimePoint last_probe, double jitter_unit) const;
@@ -83,6 +88,7 @@ class HealthTracker {
     // Consecutive passive ejections (for back-off): reset by a traffic success while healthy.
     std::uint32_t ejections = 0;
     std::optional<TimePoint> ejected_at;
+    bool held = false;
   };
   Entry* find(ReplicaId id);
   const Entry* find(ReplicaId id) const;

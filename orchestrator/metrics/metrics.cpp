@@ -76,6 +76,12 @@ Metrics::Metrics()
                     .Name("fleetgate_model_degraded")
                     .Help("1 when a model has fewer healthy replicas than desired.")
                     .Register(*registry_)),
+      replicas_ending_(
+          prometheus::BuildGauge()
+              .Name("fleetgate_replicas_ending")
+              .Help("Healthy replicas whose deployment ends within the next hour (as their "
+                    "agents registered it).")
+              .Register(*registry_)),
       state_changes_(prometheus::BuildCounter()
                          .Name("fleetgate_replica_state_changes_total")
                          .Help("Replica state changes, by model and the state entered.")
@@ -253,6 +259,10 @@ void Metrics::set_degraded(const std::string& model, bool degraded) {
   degraded_.Add({{"model", model}}).Set(degraded ? 1 : 0);
 }
 
+void Metrics::set_replicas_ending(const std::string& model, double ending) {
+  replicas_ending_.Add({{"model", model}}).Set(ending);
+}
+
 void Metrics::replica_state_change(const std::string& model, const std::string& to) {
   state_changes_.Add({{"model", model}, {"to", to}}).Increment();
 }
@@ -326,6 +336,7 @@ void Metrics::forget_model(const std::string& model) {
   remove_series(queue_depth_, {{"model", model}});
   remove_series(replicas_desired_, {{"model", model}});
   remove_series(degraded_, {{"model", model}});
+  remove_series(replicas_ending_, {{"model", model}});
   for (const char* state : {"busy", "free"}) {
     remove_series(slots_, {{"model", model}, {"state", state}});
   }

@@ -48,6 +48,7 @@ class Metrics {
   void set_replicas(const std::string& model, const std::string& state, double count);
   void set_replicas_desired(const std::string& model, double desired);
   void set_degraded(const std::string& model, bool degraded);
+  void set_replicas_ending(const std::string& model, double ending);
   void replica_state_change(const std::string& model, const std::string& to);
   void health_check(const std::string& replica, double seconds);
 
@@ -110,6 +111,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& replicas_;
   prometheus::Family<prometheus::Gauge>& replicas_desired_;
   prometheus::Family<prometheus::Gauge>& degraded_;
+  prometheus::Family<prometheus::Gauge>& replicas_ending_;
   prometheus::Family<prometheus::Counter>& state_changes_;
   prometheus::Family<prometheus::Histogram>& health_check_;
   prometheus::Family<prometheus::Gauge>& build_info_;

@@ -8,8 +8,11 @@
 #include "common/log/log.hpp"
 #include "common/util/text.hpp"
 #include "replica-agent/agent/session.hpp"
-#include "replica-agent/engines/engine_monitor.hpp"
+#include "replica-agent/engines/engine.hpp"
+#include "replica-agent/model/fetcher.hpp"
+#include "replica-agent/registration/ends_at.hpp"
 #include "replica-agent/registration/registrar.hpp"
+#include "replica-agent/tunnel/tunnel.hpp"
 
 namespace fg::agent {
 
@@ -63,6 +66,25 @@ net::ConnectionCaps agent_caps(std::uint64_t descriptor_limit) {
   return caps;
 }
 
+// When this phone's deployment ends: FLEETGATE_DEPLOYMENT_ENDS_AT (RFC 3339) when set, else
+// deployment.window from now. A malformed variable stops the start.
+std::string deployment_ends_at(const AgentConfig& config) {
+  const char* value = std::getenv(kDeploymentEndsAtEnv);
+  if (value != nullptr && *value != '\0') {
+    auto at = parse_rfc3339(value);
+    if (!at) {
+      throw std::runtime_error(std::string("the environment variable ") + kDeploymentEndsAtEnv +
+                               " must be an RFC 3339 time such as 2026-12-04T18:00:00Z");
+    }
+    return format_rfc3339_utc(*at);
+  }
+  const auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  return format_rfc3339_utc(
+      now + std::chrono::duration_cast<std::chrono::seconds>(config.deployment.window).count());
+}
+
 std::size_t initial_slots(const AgentConfig& config, const sim::SimProfile* profile) {
   if (config.slots) {
     return *config.slots;
@@ -82,6 +104,9 @@ Agent::Agent(AgentConfig config) : signals_(io_, SIGTERM, SIGINT), drain_timer_(
     }
   }
   const std::size_t slots = initial_slots(config, profile);
+  if (config.model_file.enabled()) {
+    config.engine.command = expand_model_path(config.engine.command, config.model_file.path);
+  }
   ctx_ = std::make_unique<AgentContext>(std::move(config), profile, slots);
   AgentContext* ctx = ctx_.get();
   const AgentConfig& cfg = ctx->config;
@@ -92,29 +117,39 @@ Agent::Agent(AgentConfig config) : signals_(io_, SIGTERM, SIGINT), drain_timer_(
   if (cfg.gateway.enabled()) {
     registration_token = required_env(cfg.gateway.token_env, "gateway.token_env");
   }
+  std::string tunnel_key;
+  std::string bridge_socket;
+  if (cfg.tunnel.kind == TunnelKind::acurast) {
+    tunnel_key = required_env(cfg.tunnel.key_env, "tunnel.key_env");
+    bridge_socket = required_env("BRIDGE_SOCKET", "tunnel.kind acurast");
+  }
+  ctx->ends_at = deployment_ends_at(cfg);
   ctx->device = read_device_facts();
   const bool engine_https = cfg.engine.kind != EngineKind::sim && cfg.engine.url.tls();
-  if (engine_https || cfg.gateway.url.rfind("https:", 0) == 0) {
+  if (engine_https || cfg.gateway.url.rfind("https:", 0) == 0 ||
+      cfg.model_file.url.rfind("https:", 0) == 0) {
     ctx->client_tls = net::make_client_tls_context("");
   }
   std::shared_ptr<asio::ssl::context> server_tls;
   if (cfg.tls.enabled()) {
     server_tls = net::make_server_tls_context(cfg.tls.cert, cfg.tls.key);
   }
-  hooks_ = agent_session_hooks(ctx);
+  engine_ = make_engine(io_.get_executor(), ctx);
+  if (cfg.gateway.enabled()) {
+    registrar_ =
+        std::make_unique<Registrar>(io_.get_executor(), ctx, std::move(registration_token));
+  }
+  if (cfg.model_file.enabled()) {
+    model_ = std::make_unique<ModelFetcher>(io_.get_executor(), ctx);
+  }
+  tunnel_ = make_tunnel(io_.get_executor(), ctx, std::move(tunnel_key), std::move(bridge_socket));
+  hooks_ = agent_session_hooks(ctx, AgentServices{engine_.get(), registrar_.get(), model_.get()});
   listener_ = std::make_unique<net::Listener>(
       io_.get_executor(), cfg.listen, server_tls,
       [this](std::unique_ptr<net::Conn> conn) {
         return serve_connection(&hooks_, std::move(conn));
       },
       "agent", agent_caps(net::raise_descriptor_limit()));
-  if (cfg.engine.kind != EngineKind::sim) {
-    engine_ = std::make_unique<EngineMonitor>(io_.get_executor(), ctx);
-  }
-  if (cfg.gateway.enabled()) {
-    registrar_ =
-        std::make_unique<Registrar>(io_.get_executor(), ctx, std::move(registration_token));
-  }
 }
 
 Agent::~Agent() = default;
@@ -168,18 +203,27 @@ void Agent::finish() {
   finishing_ = true;
   listener_->stop();
   drain_timer_.cancel();
+  if (model_) {
+    model_->stop();
+  }
+  // The tunnel is closed first (no new traffic can arrive through it), then the gateway told.
   auto deregister_and_stop = [this] {
-    if (registrar_) {
-      registrar_->stop_and_deregister([this] { io_.stop(); });
-    } else {
-      io_.stop();
-    }
+    tunnel_->stop([this] {
+      if (registrar_) {
+        registrar_->stop_and_deregister([this] { io_.stop(); });
+      } else {
+        io_.stop();
+      }
+    });
   };
   // The engine's exit is awaited on the io thread (it may take its SIGKILL grace).
-  if (engine_) {
-    engine_->stop(deregister_and_stop);
-  } else {
-    deregister_and_stop();
+  engine_->stop(deregister_and_stop);
+}
+
+void Agent::maybe_register() {
+  if (registrar_ && tunnel_ready_ && model_ready_ && !registering_ && !finishing_) {
+    registering_ = true;
+    registrar_->start();
   }
 }
 
@@ -201,13 +245,26 @@ int Agent::run() {
                      {"engine_url", engine_url},
                      {"slots", ctx_->admission.total()},
                      {"api_key", !ctx_->api_key.empty()},
-                     {"gateway", cfg.gateway.enabled() ? cfg.gateway.url : ""}});
-  if (engine_) {
+                     {"gateway", cfg.gateway.enabled() ? cfg.gateway.url : ""},
+                     {"tunnel", to_string(cfg.tunnel.kind)},
+                     {"model_file", cfg.model_file.enabled() ? cfg.model_file.path : ""}});
+  if (model_) {
+    model_->start([this](bool ok) {
+      if (!ok || finishing_) {
+        return;  // stays "loading" with the reason in /health; never registers
+      }
+      model_ready_ = true;
+      engine_->start();
+      maybe_register();
+    });
+  } else {
+    model_ready_ = true;
     engine_->start();
   }
-  if (registrar_) {
-    registrar_->start();
-  }
+  tunnel_->start(listener_->port(), [this] {
+    tunnel_ready_ = true;
+    maybe_register();
+  });
   wait_for_signal();
   io_.run();
   // Connections still open (drain deadline, second signal) are destroyed with io_; they must not

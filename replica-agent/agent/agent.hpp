@@ -8,13 +8,15 @@
 
 #include "common/net/http_session.hpp"
 #include "common/net/server.hpp"
-#include "replica-agent/agent/context.hpp"
 #include "replica-agent/config/agent_config.hpp"
+#include "replica-agent/core/context.hpp"
 
 namespace fg::agent {
 
 class Registrar;
-class EngineMonitor;
+class Engine;
+class ModelFetcher;
+class Tunnel;
 
 // The whole agent: owns the io_context (one thread), the listener, the shared state, the engine
 // monitor and the registration with a gateway; handles SIGTERM/SIGINT with a drain.
@@ -31,8 +33,10 @@ class Agent {
  private:
   void begin_shutdown(int signal_number);
   void wait_for_signal();
-  // After the drain: stop the engine, deregister, stop the io_context.
+  // After the drain: stop the engine, the tunnel, deregister, stop the io_context.
   void finish();
+  // Registers once the public URL is known (tunnel) and the model is in place (model_file).
+  void maybe_register();
 
   // Order matters: io_context's destructor destroys suspended connection coroutines, which still
   // touch ctx_ (so it is destroyed after io_), while I/O objects go before io_.
@@ -40,8 +44,13 @@ class Agent {
   net::SessionHooks hooks_;
   boost::asio::io_context io_;
   std::unique_ptr<net::Listener> listener_;
-  std::unique_ptr<EngineMonitor> engine_;
+  std::unique_ptr<Engine> engine_;
   std::unique_ptr<Registrar> registrar_;
+  std::unique_ptr<ModelFetcher> model_;
+  std::unique_ptr<Tunnel> tunnel_;
+  bool tunnel_ready_ = false;
+  bool model_ready_ = false;
+  bool registering_ = false;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer drain_timer_;
   bool shutting_down_ = false;

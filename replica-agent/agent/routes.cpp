@@ -37,6 +37,9 @@ AgentRouteDecision route_agent(std::string_view method, std::string_view path, b
   if (path == "/metrics") {
     return only("GET", method, path, AgentRoute::metrics);
   }
+  if (path == "/fleetgate/v1/challenge") {
+    return only("GET", method, path, AgentRoute::challenge);
+  }
   if (path == "/v1/models") {
     return only("GET", method, path, AgentRoute::models);
   }

@@ -14,6 +14,7 @@ namespace fg::agent {
 enum class AgentRoute {
   health,
   metrics,
+  challenge,
   models,
   model,
   chat_completions,
@@ -30,7 +31,8 @@ struct AgentRouteDecision {
   std::optional<net::ErrorReply> refusal;  // otherwise the answer: 401, 404 or 405
 };
 
-// /v1/... without a valid key gets 401 first; then /health and /metrics (GET), /v1/models and
+// /v1/... without a valid key gets 401 first; then /health, /metrics and the gateway's URL
+// challenge /fleetgate/v1/challenge (GET, open: it proves the URL, not the caller), /v1/models and
 // /v1/models/{id} (GET), /v1/chat/completions, /v1/completions, /v1/responses,
 // /v1/responses/input_tokens, /v1/messages, /v1/messages/count_tokens and /v1/rerank (POST); a
 // wrong method 405, anything else 404. authorized: the key is valid, or the agent has none.

@@ -19,8 +19,9 @@
 #include "common/util/json.hpp"
 #include "common/util/text.hpp"
 #include "replica-agent/agent/routes.hpp"
-#include "replica-agent/agent/sim_answer.hpp"
-#include "replica-agent/engines/proxy.hpp"
+#include "replica-agent/model/fetcher.hpp"
+#include "replica-agent/registration/challenge.hpp"
+#include "replica-agent/registration/registrar.hpp"
 
 namespace fg::agent {
 
@@ -29,6 +30,8 @@ namespace http = boost::beast::http;
 using namespace asio::experimental::awaitable_operators;
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kHeaderLimit = 16 * 1024;
 constexpr std::uint64_t kBodyLimit = 8 * 1024 * 1024;
@@ -64,7 +67,7 @@ Reply error_reply(unsigned status, const std::string& message, const std::string
   return reply;
 }
 
-Reply health_reply(const AgentContext& ctx) {
+Reply health_reply(const AgentContext& ctx, const AgentServices& services) {
   const bool draining = ctx.sessions.draining();
   const bool loading = !ctx.engine_ready;
   nlohmann::ordered_json body{
@@ -85,9 +88,33 @@ Reply health_reply(const AgentContext& ctx) {
   if (ctx.config.engine.autotune.enabled) {
     body["autotune"] = autotune::report_json(ctx.autotune, ctx.config.engine.autotune);
   }
+  if (services.model != nullptr) {
+    body["model_download"] = model::progress_json(services.model->progress());
+  }
   Reply reply;
   reply.status = draining || loading ? 503 : 200;
   reply.body = body.dump();
+  return reply;
+}
+
+// The gateway's proof that this agent answers at the URL it registered: an HMAC of the nonce
+// under the registration's secret (registration/challenge.hpp).
+Reply challenge_reply(const AgentServices& services, std::string_view target) {
+  const std::string no_secret;
+  const std::string& secret = services.registrar ? services.registrar->secret() : no_secret;
+  if (secret.empty()) {
+    Reply reply = error_reply(
+        503, "this agent is not registered with a gateway yet (it has no replica secret)",
+        "not_registered");
+    reply.headers.emplace_back("Retry-After", "1");
+    return reply;
+  }
+  auto nonce = query_value(target, "nonce");
+  if (!nonce || !valid_challenge_nonce(*nonce)) {
+    return error_reply(400, "'nonce' must be 64 hexadecimal digits", "invalid_nonce", "nonce");
+  }
+  Reply reply;
+  reply.body = nlohmann::json{{"hmac", challenge_hmac(secret, *nonce)}}.dump();
   return reply;
 }
 
@@ -195,34 +222,6 @@ struct RequestRecord {
   Clock::time_point start = Clock::now();
 };
 
-double per_second(std::size_t n, double ms) {
-  return ms > 0 ? static_cast<double>(n) / ms * 1000.0 : 0.0;
-}
-
-// Forwards an admitted request to a proxied engine while watching the client; returns whether
-// the connection may carry another request.
-asio::awaitable<bool> proxy_inference(AgentContext* ctx, net::ServerRequest r,
-                                      std::optional<SlotGuard>* slot, RequestRecord* record,
-                                      openai::Api api) {
-  ProxyProgress progress;
-  progress.slot = slot;
-  progress.api = api;
-  // A client that goes away cancels the forwarding, which closes the engine connection.
-  r.conn->expires_never();
-  auto done =
-      co_await (net::watch_client(r) || forward_to_engine(ctx, r.writer, r.request, &progress));
-  const bool client_gone = done.index() == 0 || (!progress.finished && progress.outcome.empty());
-  record->engine_outcome = client_gone ? "client_gone" : progress.outcome;
-  record->outcome = client_gone ? "client_gone" : progress.outcome;
-  record->status = r.writer->head_sent() || !client_gone ? progress.status : 499;
-  if (progress.finished) {
-    ctx->metrics.tokens(static_cast<double>(progress.prompt_tokens),
-                        static_cast<double>(progress.completion_tokens));
-    ctx->metrics.speeds(progress.prefill_tps, progress.decode_tps);
-  }
-  co_return done.index() == 1 && progress.finished&& r.writer->keep_alive();
-}
-
 void log_request(AgentContext& ctx, const RequestRecord& record) {
   using nlohmann::json;
   ctx.metrics.request_done(record.status);
@@ -245,7 +244,8 @@ void log_request(AgentContext& ctx, const RequestRecord& record) {
 
 // Admits, plans and answers one completion request. Returns whether the connection may carry
 // another request.
-asio::awaitable<bool> handle_inference(AgentContext* ctx, net::ServerRequest r, Endpoint endpoint) {
+asio::awaitable<bool> handle_inference(AgentContext* ctx, AgentServices services,
+                                       net::ServerRequest r, Endpoint endpoint) {
   const net::Request* request = r.request;
   RequestRecord record;
   record.request_id = r.writer->request_id();
@@ -297,16 +297,16 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::ServerRequest r, 
   if (answers_whole(endpoint)) {
     info->stream = false;
   }
-  if ((endpoint == Endpoint::input_tokens || endpoint == Endpoint::count_tokens) &&
-      ctx->profile != nullptr) {
-    // Counting tokens reads no prompt into a slot: answered at once, as llama.cpp tokenizes.
-    Reply count;
-    count.body = token_count_body(endpoint, sim::prompt_tokens_for_chars(prompt.size()));
-    record.status = 200;
-    record.outcome = "ok";
-    bool again = co_await send_reply(r, std::move(count));
-    log_request(*ctx, record);
-    co_return again;
+  if (endpoint == Endpoint::input_tokens || endpoint == Endpoint::count_tokens) {
+    if (auto counted = services.engine->count_tokens(endpoint, prompt)) {
+      Reply count;
+      count.body = std::move(*counted);
+      record.status = 200;
+      record.outcome = "ok";
+      bool again = co_await send_reply(r, std::move(count));
+      log_request(*ctx, record);
+      co_return again;
+    }
   }
   auto guard = ctx->admission.try_acquire(prompt);
   if (!guard) {
@@ -321,73 +321,22 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, net::ServerRequest r, 
   }
   record.slot = guard->slot();
   record.start = Clock::now();
-  if (ctx->profile == nullptr) {
-    bool again = co_await proxy_inference(ctx, r, &guard, &record, api_of(endpoint));
-    guard.reset();
-    log_request(*ctx, record);
-    co_return again;
-  }
-  const std::size_t cached = ctx->admission.cached_tokens(*guard, prompt);
-  // A rerank reads its documents and generates nothing.
-  const auto max_tokens = endpoint == Endpoint::rerank ? std::optional<std::size_t>(0)
-                                                       : sim::requested_max_tokens(body);
-  record.plan =
-      sim::plan_request(*ctx->profile, ctx->sim, prompt, cached, max_tokens, ctx->sim_rng);
-  const sim::SimPlan& plan = *record.plan;
-  if (plan.fail) {
-    guard.reset();
-    Reply failed =
-        refuse(error_reply(500, "simulated failure (--fail-rate); retry", "simulated_failure"));
-    bool again = co_await send_reply(r, shaped(std::move(failed), endpoint));
-    log_request(*ctx, record);
-    co_return again;
-  }
-
-  ResponseMeta meta;
-  meta.endpoint = endpoint;
-  meta.id = make_response_id(endpoint, ctx->id_rng(), ctx->id_rng());
-  meta.created = static_cast<std::int64_t>(std::time(nullptr));
-  meta.model = ctx->config.model;
-  meta.include_usage = info->stream && info->include_usage;
-
-  AnswerInput input;
-  input.plan = &plan;
-  input.meta = &meta;
-  input.slot = &guard;
-  input.prompt = &prompt;
-  input.usage = Usage{plan.prompt_tokens, plan.cached_tokens, plan.completion_tokens};
-  input.stream = info->stream;
-  input.start = record.start;
-  std::string rerank;
-  if (endpoint == Endpoint::rerank) {
-    std::vector<std::string> documents = body["documents"].get<std::vector<std::string>>();
-    std::size_t top_n = documents.size();
-    if (auto n = body.find("top_n"); n != body.end() && n->is_number_unsigned()) {
-      top_n = n->get<std::size_t>();
-    }
-    rerank = rerank_body(meta, rerank_scores(body["query"].get<std::string>(), documents, top_n),
-                         input.usage);
-    input.whole_body = &rerank;
-  }
-  AnswerProgress progress;
-
-  // The client may vanish at any time, during prefill included: watch_client notices, and
-  // whichever branch ends first cancels the other, so the slot is freed at once.
-  r.conn->expires_never();
-  auto done = co_await (net::watch_client(r) || run_sim_answer(ctx, r.writer, input, &progress));
-  const bool client_gone = done.index() == 0 || !progress.finished;
-  finish_slot(ctx, input, progress);
-  if (progress.finished) {
-    ctx->metrics.tokens(static_cast<double>(plan.prompt_tokens),
-                        static_cast<double>(plan.completion_tokens));
-    ctx->metrics.speeds(per_second(progress.timings.prompt_n, progress.timings.prompt_ms),
-                        per_second(progress.timings.predicted_n, progress.timings.predicted_ms));
-  }
-  // 499 (nginx's "client closed request") when the client left before any response head.
-  record.status = info->stream || !client_gone ? 200 : 499;
-  record.outcome = client_gone ? "client_gone" : "ok";
+  EngineRequest engine_request;
+  engine_request.r = r;
+  engine_request.endpoint = endpoint;
+  engine_request.api = api_of(endpoint);
+  engine_request.body = &body;
+  engine_request.info = &*info;
+  engine_request.prompt = &prompt;
+  engine_request.slot = &guard;
+  EngineOutcome outcome = co_await services.engine->answer(engine_request);
+  guard.reset();
+  record.status = outcome.status;
+  record.outcome = outcome.outcome;
+  record.engine_outcome = outcome.engine_outcome;
+  record.plan = std::move(outcome.plan);
   log_request(*ctx, record);
-  co_return !client_gone && r.writer->keep_alive();
+  co_return outcome.keep_alive;
 }
 
 // The routes and the key, judged from the head before any body byte is read.
@@ -401,7 +350,8 @@ std::optional<net::ErrorReply> check_head(const AgentContext* ctx, const net::Re
 
 // Serves one request whose head check_head let through; returns whether the connection may
 // carry another.
-asio::awaitable<bool> handle_request(AgentContext* ctx, net::ServerRequest r) {
+asio::awaitable<bool> handle_request(AgentContext* ctx, AgentServices services,
+                                     net::ServerRequest r) {
   const net::Request* request = r.request;
   const std::string_view target(request->target().data(), request->target().size());
   const std::string_view path = target.substr(0, target.find('?'));
@@ -416,12 +366,15 @@ asio::awaitable<bool> handle_request(AgentContext* ctx, net::ServerRequest r) {
   } else {
     switch (*decision.route) {
       case AgentRoute::health:
-        reply = health_reply(*ctx);
+        reply = health_reply(*ctx, services);
         break;
       case AgentRoute::metrics:
         reply.body = ctx->metrics.scrape(static_cast<double>(ctx->admission.busy()),
                                          static_cast<double>(ctx->admission.total()));
         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+        break;
+      case AgentRoute::challenge:
+        reply = challenge_reply(services, target);
         break;
       case AgentRoute::models:
         reply.body = model_list(ctx->config.model);
@@ -436,19 +389,19 @@ asio::awaitable<bool> handle_request(AgentContext* ctx, net::ServerRequest r) {
         break;
       }
       case AgentRoute::chat_completions:
-        co_return co_await handle_inference(ctx, r, Endpoint::chat);
+        co_return co_await handle_inference(ctx, services, r, Endpoint::chat);
       case AgentRoute::completions:
-        co_return co_await handle_inference(ctx, r, Endpoint::completions);
+        co_return co_await handle_inference(ctx, services, r, Endpoint::completions);
       case AgentRoute::responses:
-        co_return co_await handle_inference(ctx, r, Endpoint::responses);
+        co_return co_await handle_inference(ctx, services, r, Endpoint::responses);
       case AgentRoute::responses_input_tokens:
-        co_return co_await handle_inference(ctx, r, Endpoint::input_tokens);
+        co_return co_await handle_inference(ctx, services, r, Endpoint::input_tokens);
       case AgentRoute::messages:
-        co_return co_await handle_inference(ctx, r, Endpoint::messages);
+        co_return co_await handle_inference(ctx, services, r, Endpoint::messages);
       case AgentRoute::messages_count_tokens:
-        co_return co_await handle_inference(ctx, r, Endpoint::count_tokens);
+        co_return co_await handle_inference(ctx, services, r, Endpoint::count_tokens);
       case AgentRoute::rerank:
-        co_return co_await handle_inference(ctx, r, Endpoint::rerank);
+        co_return co_await handle_inference(ctx, services, r, Endpoint::rerank);
     }
   }
   co_return co_await send_reply(r, std::move(reply));
@@ -456,7 +409,7 @@ asio::awaitable<bool> handle_request(AgentContext* ctx, net::ServerRequest r) {
 
 }  // namespace
 
-net::SessionHooks agent_session_hooks(AgentContext* ctx) {
+net::SessionHooks agent_session_hooks(AgentContext* ctx, AgentServices services) {
   net::SessionHooks hooks;
   hooks.listener = "agent";
   hooks.limits = [] {
@@ -474,7 +427,7 @@ net::SessionHooks agent_session_hooks(AgentContext* ctx) {
     const std::string_view target(head.target().data(), head.target().size());
     return agent_error_api(target.substr(0, target.find('?')));
   };
-  hooks.handle = [ctx](net::ServerRequest r) { return handle_request(ctx, r); };
+  hooks.handle = [ctx, services](net::ServerRequest r) { return handle_request(ctx, services, r); };
   hooks.id_rng = &ctx->id_rng;
   // A drain closes idle connections; one opened during a drain still reads its request so that
   // it can be answered 503.

@@ -15,9 +15,13 @@ namespace fg::agent {
 namespace {
 
 // Keys each map accepts, next to the parser so a new key cannot be parsed without being accepted.
-const std::vector<std::string> kRootKeys = {"listen",     "model",        "slots", "engine",
-                                            "public_url", "gateway",      "tls",   "api_key_env",
-                                            "log",        "drain_timeout"};
+const std::vector<std::string> kRootKeys = {
+    "listen",      "model", "slots",         "engine",     "public_url", "gateway",   "tls",
+    "api_key_env", "log",   "drain_timeout", "model_file", "tunnel",     "deployment"};
+const std::vector<std::string> kModelFileKeys = {"url", "sha256", "path"};
+const std::vector<std::string> kTunnelKeys = {"kind", "key_env", "relays", "domain_suffix",
+                                              "poll_interval"};
+const std::vector<std::string> kDeploymentKeys = {"window"};
 const std::vector<std::string> kEngineKeys = {
     "kind", "profile", "time_scale", "jitter", "fail_rate", "seed", "url", "command", "autotune"};
 const std::vector<std::string> kAutotuneKeys = {"threads", "batch_size", "prompt_tokens",
@@ -58,7 +62,43 @@ const std::vector<FlagKey> kFlags = {
     {"--log-level", "log.level"},
     {"--log-format", "log.format"},
     {"--drain-timeout", "drain_timeout"},
+    {"--model-url", "model_file.url"},
+    {"--model-sha256", "model_file.sha256"},
+    {"--model-path", "model_file.path"},
+    {"--tunnel", "tunnel.kind"},
+    {"--tunnel-key-env", "tunnel.key_env"},
+    {"--tunnel-relays", "tunnel.relays"},
+    {"--tunnel-domain-suffix", "tunnel.domain_suffix"},
+    {"--tunnel-poll-interval", "tunnel.poll_interval"},
+    {"--deployment-window", "deployment.window"},
 };
+
+bool is_hex64(std::string_view text) {
+  return text.size() == 64 && text.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+}
+
+// A DNS name: labels of letters, digits and '-', separated by dots.
+bool is_domain(std::string_view text) {
+  if (text.empty() || text.size() > 253 || text.front() == '.' || text.back() == '.') {
+    return false;
+  }
+  return text.find_first_not_of(
+             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") ==
+             std::string::npos &&
+         text.find("..") == std::string::npos;
+}
+
+void set_relays(AgentConfig& c, const std::string& where, const std::vector<std::string>& items) {
+  std::vector<std::string> relays;
+  for (const std::string& item : items) {
+    relays.push_back(
+        yaml::Scalar(where, item).host_port("relay-1.mainnet.acurast.com:4433").to_string());
+  }
+  if (relays.empty()) {
+    throw yaml::Error(where + ": expected at least one relay (host:port)");
+  }
+  c.tunnel.relays = std::move(relays);
+}
 
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
   throw AgentConfigError(where + ": " + what);
@@ -181,6 +221,47 @@ void apply_value(AgentConfig& c, const std::string& key, const yaml::Scalar& v, 
     log::parse_level(v.one_of(kLogLevels), &c.log_level);
   } else if (key == "log.format") {
     c.log_format = v.one_of(kLogFormats);
+  } else if (key == "model_file.url") {
+    const std::string text = v.string();
+    if (!text.empty()) {
+      net::Url url = v.url("https://huggingface.co/org/repo/resolve/main/model.gguf");
+      c.model_file.url = url.to_string();
+    } else {
+      c.model_file.url.clear();
+    }
+  } else if (key == "model_file.sha256") {
+    const std::string& text = v.text("64 hexadecimal digits");
+    if (!is_hex64(text)) {
+      v.fail("expected the file's SHA-256 as 64 hexadecimal digits, got " + yaml::quote(text));
+    }
+    c.model_file.sha256 = text;
+    std::transform(c.model_file.sha256.begin(), c.model_file.sha256.end(),
+                   c.model_file.sha256.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  } else if (key == "model_file.path") {
+    c.model_file.path = v.text("a file path");
+    if (c.model_file.path.empty()) {
+      v.fail("must not be empty");
+    }
+  } else if (key == "tunnel.kind") {
+    const std::string text = v.one_of({"none", "acurast"});
+    c.tunnel.kind = text == "acurast" ? TunnelKind::acurast : TunnelKind::none;
+  } else if (key == "tunnel.key_env") {
+    c.tunnel.key_env = v.env_name();
+  } else if (key == "tunnel.relays") {
+    set_relays(c, v.where(), split_list(v.string()));
+  } else if (key == "tunnel.domain_suffix") {
+    const std::string& text = v.text("a domain such as acu.run");
+    if (!is_domain(text)) {
+      v.fail("expected a domain such as acu.run or canary.acu.run, got " + yaml::quote(text));
+    }
+    c.tunnel.domain_suffix = text;
+  } else if (key == "tunnel.poll_interval") {
+    c.tunnel.poll_interval = v.duration(std::chrono::milliseconds(5000), false);
+    if (c.tunnel.poll_interval < std::chrono::milliseconds(100)) {
+      v.fail("must be at least 100ms");
+    }
+  } else if (key == "deployment.window") {
+    c.deployment.window = v.duration(kDefaultDeploymentWindow, false);
   } else if (key == "drain_timeout") {
     // Flags only: "--drain-timeout 1.5" is seconds, as for timeout(1) and friends.
     if (from_flag) {
@@ -227,6 +308,15 @@ class FileParser {
     if (path == "log") {
       return &kLogKeys;
     }
+    if (path == "model_file") {
+      return &kModelFileKeys;
+    }
+    if (path == "tunnel") {
+      return &kTunnelKeys;
+    }
+    if (path == "deployment") {
+      return &kDeploymentKeys;
+    }
     return nullptr;
   }
 
@@ -264,6 +354,15 @@ class FileParser {
       config_.engine.command = std::move(argv);
       return;
     }
+    if (key == "tunnel.relays" && !value.is_scalar()) {
+      std::vector<std::string> items;
+      for (const yaml::Value& item :
+           value.list("a list of relays, such as [relay-1.mainnet.acurast.com:4433]")) {
+        items.push_back(item.scalar().text("host:port"));
+      }
+      set_relays(config_, value.where(), items);
+      return;
+    }
     if (is_autotune_list(key) && !value.is_scalar()) {
       std::vector<std::string> items;
       for (const yaml::Value& item : value.list("a list of values to try, such as [2, 4, 6]")) {
@@ -290,6 +389,25 @@ std::string origin_of(const Origins& origins, const std::string& key, const std:
 }
 
 }  // namespace
+
+const char* to_string(TunnelKind kind) {
+  return kind == TunnelKind::acurast ? "acurast" : "none";
+}
+
+std::vector<std::string> expand_model_path(const std::vector<std::string>& command,
+                                           const std::string& model_path) {
+  std::vector<std::string> out;
+  out.reserve(command.size());
+  const std::string token = kModelPathToken;
+  for (std::string arg : command) {
+    for (auto at = arg.find(token); at != std::string::npos;
+         at = arg.find(token, at + model_path.size())) {
+      arg.replace(at, token.size(), model_path);
+    }
+    out.push_back(std::move(arg));
+  }
+  return out;
+}
 
 const char* to_string(EngineKind kind) {
   switch (kind) {
@@ -395,10 +513,48 @@ void validate_agent_config(const AgentConfig& c, const Origins& origins) {
     fail(origin_of(origins, set, set),
          std::string("needs ") + unset + " too (both PEM files, or neither)");
   }
+  const bool tunneled = c.tunnel.kind == TunnelKind::acurast;
+  if (tunneled && !c.public_url.empty()) {
+    fail(origin_of(origins, "public_url", "public_url"),
+         "not with tunnel.kind acurast: the tunnel gives the phone's public URL");
+  }
+  if (!tunneled) {
+    for (const char* key :
+         {"tunnel.key_env", "tunnel.relays", "tunnel.domain_suffix", "tunnel.poll_interval"}) {
+      if (origins.count(key) != 0) {
+        fail(origin_of(origins, key, key), "only with tunnel.kind acurast");
+      }
+    }
+  }
+  const ModelFileConfig& mf = c.model_file;
+  const bool any_model_file = origins.count("model_file.url") + origins.count("model_file.sha256") +
+                                  origins.count("model_file.path") !=
+                              0;
+  if (any_model_file || mf.enabled()) {
+    for (const auto& [key, value] :
+         {std::pair<const char*, const std::string*>{"model_file.url", &mf.url},
+          {"model_file.sha256", &mf.sha256},
+          {"model_file.path", &mf.path}}) {
+      if (value->empty()) {
+        std::string first = origins.count("model_file.url")      ? "model_file.url"
+                            : origins.count("model_file.sha256") ? "model_file.sha256"
+                                                                 : "model_file.path";
+        fail(origin_of(origins, first, first),
+             std::string("needs ") + key + " too (model_file takes url, sha256 and path)");
+      }
+    }
+  }
+  for (const std::string& arg : c.engine.command) {
+    if (arg.find(kModelPathToken) != std::string::npos && !mf.enabled()) {
+      fail(origin_of(origins, "engine.command", "engine.command"),
+           "uses {model_path} but model_file is not set");
+    }
+  }
   if (c.gateway.enabled()) {
-    if (c.public_url.empty()) {
+    if (c.public_url.empty() && !tunneled) {
       fail(origin_of(origins, "gateway.url", "gateway.url"),
-           "needs public_url (the address the gateway sends this phone's traffic to)");
+           "needs public_url (the address the gateway sends this phone's traffic to) or "
+           "tunnel.kind acurast");
     }
     if (c.gateway.token_env.empty()) {
       fail(origin_of(origins, "gateway.url", "gateway.url"),
@@ -449,6 +605,15 @@ std::string usage_text() {
          "  --log-format F         log.format: json, text, or auto (default: text on a terminal)\n"
          "  --drain-timeout T      drain_timeout: time in-flight requests get after SIGTERM\n"
          "                         (30s; a bare number is seconds)\n"
+         "  --model-url URL        model_file.url: a GGUF to download before the engine starts\n"
+         "  --model-sha256 HEX     model_file.sha256: its SHA-256 (checked before use)\n"
+         "  --model-path FILE      model_file.path: where it goes ({model_path} in the command)\n"
+         "  --tunnel KIND          tunnel.kind: none or acurast (the bridge's tunnel)\n"
+         "  --tunnel-key-env VAR   tunnel.key_env: env var with the P-256 key (base64 PKCS#8)\n"
+         "  --tunnel-relays LIST   tunnel.relays: host:port,... of the relays\n"
+         "  --tunnel-domain-suffix D  tunnel.domain_suffix: acu.run or canary.acu.run\n"
+         "  --tunnel-poll-interval T  tunnel.poll_interval: how often tunnel_status is asked (5s)\n"
+         "  --deployment-window T  deployment.window: the deployment's length (24h)\n"
          "  --help, --version\n";
 }
 

@@ -69,14 +69,53 @@ struct AgentTls {
   bool enabled() const { return !cert.empty(); }
 };
 
+// model_file: a GGUF the agent downloads before it starts the engine (resumed with HTTP Range
+// requests into path + ".part", checked against sha256, then renamed to path). "{model_path}" in
+// engine.command stands for path.
+struct ModelFileConfig {
+  std::string url;     // http or https; "" = no download
+  std::string sha256;  // 64 hex digits, lower case
+  std::string path;    // where the file goes
+  bool enabled() const { return !url.empty(); }
+};
+inline constexpr const char* kModelPathToken = "{model_path}";
+
+// tunnel: how the phone's public URL comes about. none: public_url is given; acurast: the agent
+// opens the Acurast tunnel through the bridge (BRIDGE_SOCKET) with the P-256 key in key_env and
+// registers the URL it returns.
+enum class TunnelKind { none, acurast };
+const char* to_string(TunnelKind kind);
+inline constexpr const char* kDefaultTunnelKeyEnv = "FLEETGATE_TUNNEL_KEY";
+inline constexpr const char* kDefaultTunnelRelay = "relay-1.mainnet.acurast.com:4433";
+inline constexpr const char* kDefaultDomainSuffix = "acu.run";
+struct TunnelConfig {
+  TunnelKind kind = TunnelKind::none;
+  std::string key_env = kDefaultTunnelKeyEnv;
+  std::vector<std::string> relays = {kDefaultTunnelRelay};  // host:port each
+  std::string domain_suffix = kDefaultDomainSuffix;
+  // How often tunnel_status is asked; a tunnel found down is opened again.
+  std::chrono::milliseconds poll_interval{5000};
+};
+
+// deployment.window: how long this phone's deployment runs from the agent's start (Acurast ends
+// deployments); the environment variable FLEETGATE_DEPLOYMENT_ENDS_AT (RFC 3339) overrides it.
+inline constexpr std::chrono::milliseconds kDefaultDeploymentWindow{24LL * 3600 * 1000};
+inline constexpr const char* kDeploymentEndsAtEnv = "FLEETGATE_DEPLOYMENT_ENDS_AT";
+struct DeploymentConfig {
+  std::chrono::milliseconds window = kDefaultDeploymentWindow;
+};
+
 // Everything the file and the flags set. After parse_command_line it is complete and valid.
 struct AgentConfig {
   net::HostPort listen{"127.0.0.1", 8081};
   std::string model;                   // the model id this phone serves (required)
   std::optional<std::uint32_t> slots;  // unset: the profile's (sim) or the engine's /props
   EngineConfig engine;
-  std::string public_url;  // what is registered; required with gateway.url
+  std::string public_url;  // what is registered; required with gateway.url unless tunneled
   GatewayLink gateway;
+  ModelFileConfig model_file;
+  TunnelConfig tunnel;
+  DeploymentConfig deployment;
   AgentTls tls;
   std::string api_key_env;  // env var holding the bearer key of the OpenAI routes; "" = open
   log::Level log_level = log::Level::info;
@@ -129,5 +168,9 @@ std::variant<Invocation, CliExit> parse_command_line(const std::vector<std::stri
                                                      const std::string& version);
 
 std::string usage_text();
+
+// engine.command with every "{model_path}" replaced by model_file.path.
+std::vector<std::string> expand_model_path(const std::vector<std::string>& command,
+                                           const std::string& model_path);
 
 }  // namespace fg::agent

@@ -13,8 +13,8 @@
 #include "common/log/log.hpp"
 #include "common/util/json.hpp"
 #include "common/util/process.hpp"
-#include "replica-agent/agent/http_client.hpp"
-#include "replica-agent/registration/backoff.hpp"
+#include "replica-agent/core/backoff.hpp"
+#include "replica-agent/core/http_client.hpp"
 
 namespace fg::agent {
 

@@ -14,7 +14,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "common/net/child_watcher.hpp"
-#include "replica-agent/agent/context.hpp"
+#include "replica-agent/core/context.hpp"
 #include "replica-agent/engines/autotune.hpp"
 
 namespace fg::agent {

@@ -10,7 +10,7 @@
 #include "common/net/http_io.hpp"
 #include "common/net/response_writer.hpp"
 #include "common/openai/api.hpp"
-#include "replica-agent/agent/context.hpp"
+#include "replica-agent/core/context.hpp"
 
 namespace fg::agent {
 

@@ -12,7 +12,7 @@
 #include "common/log/log.hpp"
 #include "common/net/server.hpp"
 #include "common/util/json.hpp"
-#include "replica-agent/registration/backoff.hpp"
+#include "replica-agent/core/backoff.hpp"
 
 namespace fg::agent {
 
@@ -85,10 +85,19 @@ void Registrar::start() {
 
 std::string Registrar::registration_body() const {
   nlohmann::ordered_json body{
-      {"url", ctx_->config.public_url},      {"model", ctx_->config.model},
-      {"slots", ctx_->admission.total()},    {"agent_version", FLEETGATE_VERSION},
+      {"url", ctx_->public_url},
+      {"model", ctx_->config.model},
+      {"slots", ctx_->admission.total()},
+      {"agent_version", FLEETGATE_VERSION},
       {"device", device_json(ctx_->device)},
   };
+  // Acurast phones: which deployment, and when it ends (the gateway plans renewals on it).
+  if (!ctx_->deployment_id.empty()) {
+    body["deployment_id"] = ctx_->deployment_id;
+  }
+  if (!ctx_->ends_at.empty()) {
+    body["ends_at"] = ctx_->ends_at;
+  }
   return body.dump();
 }
 
@@ -134,7 +143,7 @@ asio::awaitable<bool> Registrar::register_once(Registrar* self) {
       log::info("registered with the gateway",
                 {{"gateway", self->gateway_.to_string()},
                  {"id", self->id_},
-                 {"url", self->ctx_->config.public_url},
+                 {"url", self->ctx_->public_url},
                  {"slots", slots},
                  {"heartbeat_interval_ms", self->interval_.count()}});
       co_return true;

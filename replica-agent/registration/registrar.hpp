@@ -10,8 +10,8 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 
-#include "replica-agent/agent/context.hpp"
-#include "replica-agent/agent/http_client.hpp"
+#include "replica-agent/core/context.hpp"
+#include "replica-agent/core/http_client.hpp"
 
 namespace fg::agent {
 

@@ -1,4 +1,4 @@
-#include "replica-agent/agent/admission.hpp"
+#include "replica-agent/core/admission.hpp"
 
 #include <gtest/gtest.h>
 

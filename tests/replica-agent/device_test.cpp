@@ -1,8 +1,8 @@
-#include "replica-agent/registration/device.hpp"
+#include "replica-agent/core/device.hpp"
 
 #include <gtest/gtest.h>
 
-#include "replica-agent/registration/backoff.hpp"
+#include "replica-agent/core/backoff.hpp"
 
 namespace fg::agent {
 namespace {

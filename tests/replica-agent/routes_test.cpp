@@ -13,6 +13,9 @@ TEST(AgentRoutes, V1NeedsTheKeyFirst) {
   // /health and /metrics are open: the gateway probes and Prometheus have no key.
   EXPECT_EQ(route_agent("GET", "/health", false).route, AgentRoute::health);
   EXPECT_EQ(route_agent("GET", "/metrics", false).route, AgentRoute::metrics);
+  // The URL challenge proves the URL, not the caller: open too.
+  EXPECT_EQ(route_agent("GET", "/fleetgate/v1/challenge", false).route, AgentRoute::challenge);
+  EXPECT_EQ(route_agent("POST", "/fleetgate/v1/challenge", true).refusal->status, 405u);
 }
 
 TEST(AgentRoutes, MethodsAndUnknownPaths) {

@@ -52,12 +52,31 @@
 //
 // `servedModels` (option, default ['fake']) are the ids GET /v1/models lists.
 //
+// GET /fleetgate/v1/challenge?nonce=<64 hex> is the gateway's proof of URL control (issue 12):
+// answered like the real agent, {"hmac": HMAC-SHA256(challengeSecret, "fleetgate-url-challenge:"
+// + nonce)}, 503 while it has no secret, 400 for a bad nonce; recorded in `challenges`, never in
+// `probes`. The secret is the one the gateway issued at registration: lifecycle_util's register()
+// hands it over (fakeReplicaByUrl), or call setChallengeSecret().
+//
 // A refusing replica is a port nobody listens on: see closedPortUrl().
 
 import { EventEmitter } from 'node:events';
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
+import crypto from 'node:crypto';
+
+// Live fakes by URL, so that a registration helper can give a fake the secret it was issued.
+const liveFakes = new Map();
+
+export function fakeReplicaByUrl(url) {
+  return liveFakes.get(String(url).replace(/\/+$/, '').toLowerCase());
+}
+
+// What the agent answers to a URL challenge (docs/lifecycle.md, proof of URL control).
+export function challengeHmac(secret, nonce) {
+  return crypto.createHmac('sha256', secret).update(`fleetgate-url-challenge:${nonce}`).digest('hex');
+}
 
 const DEFAULT_MODE = Object.freeze({
   type: 'auto',
@@ -101,6 +120,13 @@ export class FakeReplica extends EventEmitter {
     this.probes = [];
     this.healthStatus = 200;
     this.socketRequests = new WeakMap();
+    this.challengeSecret = null;
+    this.challenges = [];
+  }
+
+  // The secret URL challenges are answered with (null: 503, as an agent not registered yet).
+  setChallengeSecret(secret) {
+    this.challengeSecret = secret;
   }
 
   // Status the health probes get (200 = healthy).
@@ -204,6 +230,7 @@ export class FakeReplica extends EventEmitter {
       });
     });
     this.port = this.server.address().port;
+    liveFakes.set(this.url, this);
     return this;
   }
 
@@ -212,6 +239,9 @@ export class FakeReplica extends EventEmitter {
       return;
     }
     this.release();
+    if (liveFakes.get(this.url) === this) {
+      liveFakes.delete(this.url);
+    }
     const server = this.server;
     this.server = null;
     const closed = new Promise((resolve) => server.close(() => resolve()));
@@ -238,7 +268,32 @@ export class FakeReplica extends EventEmitter {
     this.emit('probe', req.url);
   }
 
+  #challenge(req, res) {
+    const nonce = new URL(req.url, 'http://x').searchParams.get('nonce') ?? '';
+    let status = 200;
+    let body;
+    if (this.challengeSecret === null) {
+      status = 503;
+      body = { error: { message: 'not registered yet', type: 'server_error', param: null, code: null } };
+    } else if (!/^[0-9a-f]{64}$/i.test(nonce)) {
+      status = 400;
+      body = { error: { message: 'bad nonce', type: 'invalid_request_error', param: 'nonce', code: null } };
+    } else {
+      body = { hmac: challengeHmac(this.challengeSecret, nonce) };
+    }
+    this.challenges.push({ nonce, status, at: Date.now() });
+    const text = JSON.stringify(body);
+    res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
+    res.end(text);
+    this.emit('challenge', nonce);
+  }
+
   #handle(req, res) {
+    if (req.method === 'GET' && req.url.split('?')[0].endsWith('/fleetgate/v1/challenge')) {
+      req.resume();
+      this.#challenge(req, res);
+      return;
+    }
     if (req.method === 'GET') {
       req.resume();
       this.#probe(req, res);

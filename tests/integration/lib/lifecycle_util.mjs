@@ -4,6 +4,7 @@
 
 import fs from 'node:fs';
 
+import { fakeReplicaByUrl } from './fake_replica.mjs';
 import { eventually, postJson, request, sleep, toYaml } from './gateway.mjs';
 
 export const ADMIN_TOKEN = 'it-admin-token-5d1c';
@@ -104,9 +105,15 @@ export function waitForState(gw, url, state, options = {}) {
   return waitForReplica(gw, url, (r) => r?.state === state, { what: `replica ${url} ${state}`, ...options });
 }
 
-// Registers; `secret` (optional) is the replica secret of a registration being updated.
-export function register(gw, body, { token = REGISTRATION_TOKEN, secret } = {}) {
-  return admin(gw, 'POST', '/admin/v1/replicas/register', { token, body, headers: secretHeaders(secret) });
+// Registers; `secret` (optional) is the replica secret of a registration being updated. A fake
+// replica serving the registered URL is given the secret it was issued, so that it passes the
+// gateway's URL challenge as a real agent would.
+export async function register(gw, body, { token = REGISTRATION_TOKEN, secret } = {}) {
+  const res = await admin(gw, 'POST', '/admin/v1/replicas/register', { token, body, headers: secretHeaders(secret) });
+  if (typeof res.json?.secret === 'string' && typeof body?.url === 'string') {
+    fakeReplicaByUrl(body.url)?.setChallengeSecret(res.json.secret);
+  }
+  return res;
 }
 
 export function heartbeat(gw, id, { token = REGISTRATION_TOKEN, secret } = {}) {
@@ -155,7 +162,8 @@ export function setProbe(fake, behaviour) {
     probeFilters.set(fake, state);
     server.on('request', (req, res) => {
       const b = state.behaviour;
-      if (req.method !== 'GET' || b === null) {
+      const challenge = req.url.split('?')[0].endsWith('/fleetgate/v1/challenge');
+      if (req.method !== 'GET' || b === null || challenge) {
         for (const listener of original) {
           listener.call(server, req, res);
         }

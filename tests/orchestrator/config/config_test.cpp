@@ -870,6 +870,7 @@ TEST(ConfigRegistration, Defaults) {
   EXPECT_TRUE(c.registration.allowed_urls.empty());
   EXPECT_EQ(c.registration.expire_after, milliseconds(600'000));
   EXPECT_EQ(c.registration.heartbeat_interval, milliseconds(10'000));
+  EXPECT_TRUE(c.registration.url_challenge);
   const Config e = load(std::string(kModels) + "registration:\n");
   EXPECT_FALSE(e.registration.enabled());
   EXPECT_EQ(e.registration.expire_after, milliseconds(600'000));
@@ -883,8 +884,10 @@ TEST(ConfigRegistration, EveryKeyIsRead) {
     - "http://127.0.0.1:*"
   expire_after: 5m
   heartbeat_interval: 30s
+  url_challenge: false
 )");
   EXPECT_TRUE(c.registration.enabled());
+  EXPECT_FALSE(c.registration.url_challenge);
   EXPECT_EQ(c.registration.token_env, "FLEETGATE_REGISTRATION_TOKEN");
   ASSERT_EQ(c.registration.allowed_urls.size(), 2u);
   EXPECT_EQ(c.registration.allowed_urls[0], "https://*.acu.run");
@@ -976,6 +979,11 @@ TEST(ConfigRegistration, Durations) {
                          "expected a duration such as 600s, got \"10\" (add a unit"));
   EXPECT_TRUE(fails_with(std::string(kModels) + "registration:\n  heartbeat_interval: often\n", 4,
                          "registration.heartbeat_interval", "such as 10s"));
+}
+
+TEST(ConfigRegistration, UrlChallengeIsABoolean) {
+  EXPECT_TRUE(fails_with(std::string(kModels) + "registration:\n  url_challenge: maybe\n", 4,
+                         "registration.url_challenge", "maybe"));
 }
 
 TEST(ConfigRegistration, UnknownKeySuggests) {

@@ -699,3 +699,42 @@ TEST(HealthMarkUnhealthy, LeavesDrainingAndUnknownAlone) {
 
 }  // namespace
 }  // namespace fg::health
+
+namespace fg::health {
+namespace {
+
+// A held replica (URL challenge pending) keeps its state whatever the probes say; the release
+// applies what they proved.
+TEST(HealthTrackerHold, ProbesAreCountedButChangeNothingUntilRelease) {
+  HealthTracker h;
+  Thresholds th;
+  th.healthy_after = 2;
+  th.unhealthy_after = 3;
+  h.add(1, "m", th, at(0));
+  h.hold(1);
+  EXPECT_TRUE(probe(h, 1, ProbeResult::pass, 5).empty());
+  EXPECT_EQ(h.state(1), State::joining);
+  auto t = h.release(1);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->to, State::healthy);
+  EXPECT_FALSE(h.release(1)) << "released once";
+
+  h.add(2, "m", th, at(0));
+  h.hold(2);
+  EXPECT_TRUE(probe(h, 2, ProbeResult::fail, 5).empty());
+  EXPECT_EQ(h.state(2), State::joining) << "a held replica does not go unhealthy either";
+  EXPECT_FALSE(h.release(2)) << "nothing proven: still joining";
+  EXPECT_EQ(h.state(2), State::joining);
+  ASSERT_EQ(probe(h, 2, ProbeResult::pass, 2).size(), 1u);
+  EXPECT_EQ(h.state(2), State::healthy);
+
+  h.add(3, "m", th, at(0));
+  h.hold(3);
+  probe(h, 3, ProbeResult::pass, 1);
+  EXPECT_FALSE(h.release(3)) << "one pass of two";
+  ASSERT_EQ(probe(h, 3, ProbeResult::pass, 1).size(), 1u);
+  EXPECT_EQ(h.state(3), State::healthy);
+}
+
+}  // namespace
+}  // namespace fg::health

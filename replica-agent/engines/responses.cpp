@@ -1,4 +1,4 @@
-#include "replica-agent/agent/responses.hpp"
+#include "replica-agent/engines/responses.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "replica-agent/agent/http_client.hpp"
+#include "replica-agent/core/http_client.hpp"
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/error.hpp>

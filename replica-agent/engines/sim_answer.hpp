@@ -7,8 +7,8 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "common/net/response_writer.hpp"
-#include "replica-agent/agent/context.hpp"
-#include "replica-agent/agent/responses.hpp"
+#include "replica-agent/core/context.hpp"
+#include "replica-agent/engines/responses.hpp"
 #include "replica-agent/engines/sim_model.hpp"
 
 namespace fg::agent {

@@ -9,12 +9,12 @@
 #include "common/net/session_tracker.hpp"
 #include "common/util/text.hpp"
 
-#include "replica-agent/agent/admission.hpp"
 #include "replica-agent/config/agent_config.hpp"
+#include "replica-agent/core/admission.hpp"
+#include "replica-agent/core/device.hpp"
 #include "replica-agent/engines/autotune.hpp"
 #include "replica-agent/engines/sim_model.hpp"
 #include "replica-agent/metrics/agent_metrics.hpp"
-#include "replica-agent/registration/device.hpp"
 
 namespace fg::agent {
 
@@ -26,7 +26,8 @@ struct AgentContext {
         sim_rng(config.engine.seed),
         id_rng(std::random_device{}()),
         admission(slots),
-        engine_ready(config.engine.kind == EngineKind::sim) {
+        engine_ready(false),
+        public_url(config.public_url) {
     sim.time_scale = config.engine.time_scale;
     sim.jitter = config.engine.jitter;
     sim.fail_rate = config.engine.fail_rate;
@@ -42,13 +43,19 @@ struct AgentContext {
   net::SessionTracker sessions;
   AgentMetrics metrics;
   DeviceFacts device;
-  // The engine answers (sim: always; the others: once their health probe passed). Until then
-  // /health says "loading" and completions get 503.
+  // The engine answers (sim: once started, after model_file; the others: once their health probe
+  // passed). Until then /health says "loading" and completions get 503.
   bool engine_ready;
   // engine.autotune's progress and outcome (state off without it), shown in /health.
   autotune::Report autotune;
   BearerKeys api_key;  // the bearer key /v1/* requires (empty = open), from api_key_env
-  // Client TLS (system CAs) for an https gateway or engine URL.
+  // The URL registered with the gateway: public_url, or the one the tunnel gave.
+  std::string public_url;
+  // The Acurast deployment this phone runs in (from the bridge; "" without a tunnel), and when it
+  // ends (RFC 3339 UTC): both go into the registration.
+  std::string deployment_id;
+  std::string ends_at;
+  // Client TLS (system CAs) for an https gateway, engine or model URL.
   std::shared_ptr<boost::asio::ssl::context> client_tls;
 };
 

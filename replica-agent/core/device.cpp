@@ -1,4 +1,4 @@
-#include "replica-agent/registration/device.hpp"
+#include "replica-agent/core/device.hpp"
 
 #include <charconv>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "replica-agent/agent/sim_answer.hpp"
+#include "replica-agent/engines/sim_answer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>

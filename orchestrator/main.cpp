@@ -8,6 +8,7 @@
 
 #include "common/log/log.hpp"
 #include "orchestrator/app/gateway.hpp"
+#include "orchestrator/cli/batch_command.hpp"
 #include "orchestrator/cli/status_command.hpp"
 #include "orchestrator/config/config.hpp"
 #include "orchestrator/deploy/deploy_command.hpp"
@@ -18,6 +19,7 @@ namespace {
 void usage(std::ostream& out) {
   out << "usage: fleetgate [--config FILE] [--check] [--log-level LEVEL] [--version]\n"
          "       fleetgate status [--admin URL] [--token TOKEN] [--watch] (--help for more)\n"
+         "       fleetgate batch submit|status|list|cancel|wait|download ... (--help for more)\n"
          "       fleetgate deploy acurast --config FILE --out DIR [--check] [--renew] (--help)\n"
          "  --config FILE     YAML configuration (default: the embedded config/local.yaml)\n"
          "  --check           validate the configuration and exit (0 valid, 1 invalid)\n"
@@ -29,6 +31,9 @@ void usage(std::ostream& out) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "status") == 0) {
     return fg::cli::run_status_command(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  if (argc >= 2 && std::strcmp(argv[1], "batch") == 0) {
+    return fg::cli::run_batch_command(std::vector<std::string>(argv + 2, argv + argc));
   }
   if (argc >= 2 && std::strcmp(argv[1], "deploy") == 0) {
     return fg::deploy::run_deploy_command(std::vector<std::string>(argv + 2, argv + argc));

@@ -1,5 +1,6 @@
 #include "orchestrator/app/gateway.hpp"
 
+#include <unistd.h>
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
@@ -11,12 +12,22 @@
 #include "common/log/log.hpp"
 #include "common/util/text.hpp"
 #include "orchestrator/proxy/client_session.hpp"
+#include "orchestrator/storage/open_storage.hpp"
 
 namespace fg::app {
 
 namespace asio = boost::asio;
 
 namespace {
+
+// This gateway's name in batch line leases: host, process and a random part (a restarted
+// process is another instance).
+std::string instance_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::random_device rd;
+  return std::string(host) + "/" + std::to_string(::getpid()) + "/" + std::to_string(rd() % 100000);
+}
 
 std::vector<std::string> split_keys(const std::string& value) {
   std::vector<std::string> keys;
@@ -154,6 +165,12 @@ Gateway::Gateway(config::Config config, std::string config_path)
     proxy_ctx_.upstream_authorization = "Bearer " + key;
   }
   public_hooks_ = proxy::public_session_hooks(&proxy_ctx_);
+  if (current.batch.enabled) {
+    // A start-up problem: fatal, naming storage.path (or the backend's key).
+    batch_ = std::make_unique<batch::BatchService>(
+        io_.get_executor(), &proxy_ctx_, storage::open_storage(current.storage), instance_name());
+    proxy_ctx_.batch = batch_.get();
+  }
 
   admin_ctx_.configs = &configs_;
   admin_ctx_.registry = &registry_;
@@ -188,6 +205,9 @@ Gateway::Gateway(config::Config config, std::string config_path)
     metrics_.set_open_connections("public", public_listener_->open_connections());
     metrics_.set_open_connections("admin", admin_listener_->open_connections());
     fleet_->update_metrics();
+    if (batch_) {
+      batch_->update_metrics();
+    }
   };
 
   public_listener_ = std::make_unique<net::Listener>(
@@ -212,6 +232,9 @@ Gateway::Gateway(config::Config config, std::string config_path)
 
 Gateway::~Gateway() {
   sessions_.forget_drain_callback();
+  if (batch_) {
+    batch_->close_timer();
+  }
   // Pooled replica connections are sockets: close them while the io_context still exists.
   for (const auto& replica : registry_.all()) {
     replica->idle.clear();
@@ -310,6 +333,9 @@ void Gateway::begin_shutdown(int signal_number) {
              {"open_connections", sessions_.size()},
              {"drain_timeout_ms", drain_timeout.count()}});
   public_listener_->stop();
+  if (batch_) {
+    batch_->stop();  // lines still running are run again by the next start
+  }
   fleet_->stop();
   hangup_.cancel();
   drain_timer_.expires_after(drain_timeout);
@@ -348,6 +374,9 @@ int Gateway::run() {
   }
   public_listener_->start();
   admin_listener_->start();
+  if (batch_) {
+    batch_->start();
+  }
   const config::Config& current = configs_.current();
   log::write_always(
       log::Level::info, "listening",

@@ -13,6 +13,7 @@
 #include "common/net/server.hpp"
 #include "common/net/session_tracker.hpp"
 #include "orchestrator/admin/admin.hpp"
+#include "orchestrator/batch/batch_service.hpp"
 #include "orchestrator/config/config.hpp"
 #include "orchestrator/fleet/fleet_manager.hpp"
 #include "orchestrator/fleet/local_fleet.hpp"
@@ -66,6 +67,10 @@ class Gateway {
   admin::RateHistory rates_{admin::kRateSamples};
   // RLIMIT_NOFILE after raising it at start; the connection caps must fit in it.
   std::uint64_t descriptor_limit_ = 0;
+
+  // batch.enabled. Before io_: its suspended line coroutines touch it when io_ destroys them
+  // (its one timer is closed in ~Gateway, while io_ still exists).
+  std::unique_ptr<batch::BatchService> batch_;
 
   boost::asio::io_context io_{1};
 

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -22,8 +23,14 @@ using yaml::Value;
 
 // Key names each section accepts. Kept next to the parser so a new field cannot be parsed
 // without also being accepted (and suggested in "did you mean").
-const std::vector<std::string> kRootKeys = {
-    "server", "admin", "health", "registration", "models", "routing", "upstream", "metrics", "log"};
+const std::vector<std::string> kRootKeys = {"server",  "admin",   "health",   "registration",
+                                            "models",  "routing", "upstream", "metrics",
+                                            "storage", "batch",   "log"};
+const std::vector<std::string> kStorageKeys = {"backend", "path", "url_env"};
+const std::vector<std::string> kStorageBackends = {"sqlite", "postgres"};
+const std::vector<std::string> kBatchKeys = {"enabled",       "max_file_bytes",  "max_lines",
+                                             "max_in_flight", "slots_per_batch", "max_attempts",
+                                             "retry_backoff", "lease_timeout",   "poll_interval"};
 const std::vector<std::string> kMetricsKeys = {"per_replica", "request_stream_usage"};
 const std::vector<std::string> kServerKeys = {"listen",          "tls",
                                               "api_keys_env",    "api_keys",
@@ -158,6 +165,12 @@ class Parser {
       const Map s = v->map(kMetricsKeys);
       s.read_bool("per_replica", config.metrics.per_replica);
       s.read_bool("request_stream_usage", config.metrics.request_stream_usage);
+    }
+    if (const Value* v = top.find("storage")) {
+      parse_storage(v->map(kStorageKeys), config.storage);
+    }
+    if (const Value* v = top.find("batch")) {
+      parse_batch(v->map(kBatchKeys), config.batch);
     }
     if (const Value* v = top.find("log")) {
       const Map s = v->map(kLogKeys);
@@ -573,6 +586,31 @@ class Parser {
     }
   }
 
+  static void parse_storage(const Map& s, StorageConfig& out) {
+    s.read_one_of("backend", out.backend, kStorageBackends);
+    s.read_string("path", out.path);
+    s.read_env_name("url_env", out.url_env);
+    if (out.backend == "sqlite" && out.path.empty()) {
+      s.fail("path", "must name the SQLite database file, e.g. .fleetgate/fleetgate.db");
+    }
+    if (out.backend == "postgres" && out.url_env.empty()) {
+      s.fail(s.has("url_env") ? "url_env" : "backend",
+             "storage.backend postgres needs storage.url_env (the env var with the URL)");
+    }
+  }
+
+  static void parse_batch(const Map& s, BatchConfig& out) {
+    s.read_bool("enabled", out.enabled);
+    s.read_whole("max_file_bytes", out.max_file_bytes, 1);
+    s.read_whole("max_lines", out.max_lines, 1);
+    s.read_whole("max_in_flight", out.max_in_flight, 1);
+    s.read_whole("slots_per_batch", out.slots_per_batch);
+    s.read_whole("max_attempts", out.max_attempts, 1);
+    s.read_duration("retry_backoff", out.retry_backoff, true);
+    s.read_duration("lease_timeout", out.lease_timeout, false);
+    s.read_duration("poll_interval", out.poll_interval, false);
+  }
+
   static void parse_routing(const Map& s, RoutingConfig& out) {
     s.read_whole("queue_max", out.queue_max, 1);
     s.read_duration("queue_timeout", out.queue_timeout, false);
@@ -720,7 +758,14 @@ Config load_config_file(const std::string& path) {
   if (in.bad()) {
     throw ConfigError(path + ": cannot read the configuration file");
   }
-  return load_config_string(text.str(), path);
+  Config config = load_config_string(text.str(), path);
+  // A relative storage.path is the config file's neighbour (the embedded config's: the cwd's).
+  const auto dir = std::filesystem::path(path).parent_path();
+  if (!config.storage.path.empty() && std::filesystem::path(config.storage.path).is_relative() &&
+      !dir.empty()) {
+    config.storage.path = (dir / config.storage.path).string();
+  }
+  return config;
 }
 
 }  // namespace fg::config

@@ -195,6 +195,26 @@ struct UpstreamConfig {
   milliseconds dns_cache_ttl{30'000};  // resolved replica addresses are reused this long
 };
 
+// Where the Files and Batches API keep their state (docs/batch.md).
+struct StorageConfig {
+  std::string backend = "sqlite";                // sqlite | postgres
+  std::string path = ".fleetgate/fleetgate.db";  // sqlite: the database file (relative: to the cwd)
+  std::string url_env;                           // postgres: env var holding the connection URL
+};
+
+// The Batch API's limits and its runner (docs/batch.md).
+struct BatchConfig {
+  bool enabled = true;
+  std::uint64_t max_file_bytes = 200ull * 1024 * 1024;  // OpenAI's: 200 MB per batch input file
+  std::uint32_t max_lines = 50'000;                     // OpenAI's: 50,000 requests per batch
+  std::uint32_t max_in_flight = 64;     // lines running at once, over every batch (memory bound)
+  std::uint32_t slots_per_batch = 0;    // cap on one batch's slots in use; 0 = none
+  std::uint32_t max_attempts = 3;       // runs of one line before it goes to the error file
+  milliseconds retry_backoff{1000};     // before the 2nd run; doubles each time (at most 60 s)
+  milliseconds lease_timeout{300'000};  // a line's lease; renewed while it runs
+  milliseconds poll_interval{1000};     // how often the runner looks for work it was not told of
+};
+
 struct LogConfig {
   std::string level = "info";
   std::string format = "auto";  // json, text, or auto: text when stderr is a terminal
@@ -209,6 +229,8 @@ struct Config {
   RoutingConfig routing;
   UpstreamConfig upstream;
   MetricsConfig metrics;
+  StorageConfig storage;
+  BatchConfig batch;
   LogConfig log;
   // The model with this name, or nullptr.
   const ModelConfig* find_model(std::string_view name) const {

@@ -91,6 +91,8 @@ class Metrics {
 
   // Prometheus text exposition format.
   std::string scrape();
+  // The one registry, for families declared beside this class (batch_metrics.hpp).
+  prometheus::Registry& registry() { return *registry_; }
   std::function<void()> before_scrape;
 
  private:

@@ -17,6 +17,7 @@
 #include "common/openai/prompt_blocks.hpp"
 #include "common/util/duration.hpp"
 #include "common/util/json.hpp"
+#include "orchestrator/batch/batch_service.hpp"
 #include "orchestrator/fleet/fleet_manager.hpp"
 #include "orchestrator/metrics/metrics.hpp"
 #include "orchestrator/proxy/client_writer.hpp"
@@ -519,6 +520,16 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
   if (!decision.route) {
     co_await writer.send_reply(*decision.refusal);
     co_return finish();
+  }
+  if (*decision.route == PublicRoute::files || *decision.route == PublicRoute::batches) {
+    if (ctx->batch == nullptr) {
+      co_await writer.send_error(404, "the Batch API is off on this gateway (batch.enabled)",
+                                 "not_found");
+      co_return finish();
+    }
+    co_return co_await ctx->batch->handle(
+        r, *decision.route == PublicRoute::files ? batch::ApiRoute::files : batch::ApiRoute::batches,
+        batch::owner_name(*request, !ctx->api_keys.empty()));
   }
   if (*decision.route == PublicRoute::models) {
     auto data = nlohmann::json::array();

@@ -20,6 +20,9 @@ class Metrics;
 namespace fg::fleet {
 class FleetManager;
 }
+namespace fg::batch {
+class BatchService;
+}
 
 namespace fg::proxy {
 
@@ -48,6 +51,7 @@ struct ProxyContext {
   metrics::Metrics* metrics = nullptr;
   fleet::FleetManager* fleet = nullptr;
   net::BodyBudget* body_budget = nullptr;  // the public listener's (server.max_buffered_bytes)
+  batch::BatchService* batch = nullptr;    // the Files and Batches API; nullptr: batch.enabled off
 };
 
 }  // namespace fg::proxy

@@ -96,6 +96,19 @@ RouteDecision route_public(std::string_view method, std::string_view path, bool 
     decision.route = path == "/v1/models" ? PublicRoute::models : PublicRoute::model;
     return decision;
   }
+  // The Files and Batches API: the batch module judges each sub-path and its method.
+  for (auto [prefix, route] : {std::pair{std::string_view("/v1/files"), PublicRoute::files},
+                               std::pair{std::string_view("/v1/batches"), PublicRoute::batches}}) {
+    if (path == prefix || (path.size() > prefix.size() && path.substr(0, prefix.size()) == prefix &&
+                           path[prefix.size()] == '/')) {
+      if (method != "GET" && method != "POST" && method != "DELETE") {
+        decision.refusal = method_not_allowed("GET, POST, DELETE", path);
+        return decision;
+      }
+      decision.route = route;
+      return decision;
+    }
+  }
   const ProxiedRoute* row = find_proxied(path);
   if (row == nullptr) {
     decision.refusal = refusal(404, "not_found", "no route for " + std::string(path));

@@ -23,6 +23,8 @@ enum class PublicRoute {
   messages,
   messages_count_tokens,
   rerank,
+  files,    // /v1/files and below: the Files API (orchestrator/batch, docs/batch.md)
+  batches,  // /v1/batches and below: the Batch API
 };
 
 // A route the gateway relays to a replica through the queue and a slot. One row per route in

@@ -1,0 +1,97 @@
+#pragma once
+
+// The pure parts of the Files and Batches API (docs/batch.md): multipart uploads, splitting and
+// validating input lines as OpenAI does, and the JSON shapes the API and the result files use.
+// No Asio, no clock, no storage.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "orchestrator/storage/storage.hpp"
+
+namespace fg::batch {
+
+// ---- multipart/form-data (POST /v1/files) ----
+
+struct MultipartPart {
+  std::string name;
+  std::string filename;
+  std::string_view data;  // points into the body
+};
+
+// The parts of a multipart/form-data body, or an error message (for a 400).
+std::variant<std::vector<MultipartPart>, std::string> parse_multipart(std::string_view content_type,
+                                                                      std::string_view body);
+
+// ---- input lines ----
+
+// Cuts a byte stream into lines (LF, an optional CR before it dropped), fed in any pieces.
+class LineSplitter {
+ public:
+  // Complete lines in `piece` (with what was left of the previous one).
+  std::vector<std::string> feed(std::string_view piece);
+  // The last line when the stream did not end with a newline.
+  std::optional<std::string> finish();
+  // Bytes of an unfinished line held (bounded by the caller: a line over its limit is an error).
+  std::size_t pending_bytes() const { return partial_.size(); }
+
+ private:
+  std::string partial_;
+};
+
+// One problem in the input file, OpenAI's BatchError: {code, message, param, line}.
+struct LineError {
+  std::string code;
+  std::string message;
+  std::string param;      // empty: null
+  std::int64_t line = 0;  // 1-based; 0: null (the whole file)
+};
+
+// Validates input lines of one batch, one at a time, as OpenAI does: JSON object, custom_id a
+// unique non-empty string, method POST, url equal to the batch's endpoint, body an object naming
+// a configured model. Blank lines are skipped. Holds every custom_id seen (uniqueness).
+class LineValidator {
+ public:
+  LineValidator(std::string endpoint, std::function<bool(const std::string&)> model_exists)
+      : endpoint_(std::move(endpoint)), model_exists_(std::move(model_exists)) {}
+
+  // line_no: 1-based line of the file. An empty optional with no error: a blank line.
+  std::variant<std::monostate, storage::LineInput, LineError> check(std::string_view text,
+                                                                    std::int64_t line_no);
+  std::int64_t accepted() const { return accepted_; }
+
+ private:
+  std::string endpoint_;
+  std::function<bool(const std::string&)> model_exists_;
+  std::unordered_set<std::string> seen_;
+  std::int64_t accepted_ = 0;
+};
+
+// ---- JSON shapes ----
+
+nlohmann::json file_json(const storage::FileRecord& file);
+nlohmann::json batch_json(const storage::BatchRecord& batch, const storage::LineCounts& counts);
+nlohmann::json errors_json(const std::vector<LineError>& errors);
+
+// One line of the output file: a replica's answer (any status).
+std::string output_line(const std::string& id, const std::string& custom_id, unsigned status,
+                        const std::string& request_id, std::string_view body);
+// One line of the error file without an answer (expired, failed before any replica answered).
+std::string error_line(const std::string& id, const std::string& custom_id, const std::string& code,
+                       const std::string& message);
+
+// The completion window in milliseconds ("24h", "1h", "30m", "90s"), or nullopt.
+std::optional<std::int64_t> parse_completion_window(std::string_view window);
+
+// Endpoints a batch may name: the proxied routes that answer whole.
+bool batch_endpoint_supported(std::string_view endpoint);
+
+}  // namespace fg::batch

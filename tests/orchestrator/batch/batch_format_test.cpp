@@ -1,0 +1,122 @@
+#include "orchestrator/batch/batch_format.hpp"
+
+#include <gtest/gtest.h>
+
+namespace fg::batch {
+namespace {
+
+TEST(Multipart, FindsTheFileAndPurposeParts) {
+  std::string body =
+      "--XyZ\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+      "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n"
+      "Content-Type: application/jsonl\r\n\r\n{\"a\":1}\r\n{\"b\":2}\n\r\n--XyZ--\r\n";
+  auto parsed = parse_multipart("multipart/form-data; boundary=XyZ", body);
+  ASSERT_TRUE(std::holds_alternative<std::vector<MultipartPart>>(parsed));
+  const auto& parts = std::get<std::vector<MultipartPart>>(parsed);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].name, "purpose");
+  EXPECT_EQ(parts[0].data, "batch");
+  EXPECT_EQ(parts[1].name, "file");
+  EXPECT_EQ(parts[1].filename, "in.jsonl");
+  EXPECT_EQ(parts[1].data, "{\"a\":1}\r\n{\"b\":2}\n");
+}
+
+TEST(Multipart, RefusesWhatIsNotMultipartOrIsCutShort) {
+  EXPECT_TRUE(std::holds_alternative<std::string>(parse_multipart("application/json", "{}")));
+  EXPECT_TRUE(std::holds_alternative<std::string>(parse_multipart("multipart/form-data", "x")));
+  EXPECT_TRUE(std::holds_alternative<std::string>(
+      parse_multipart("multipart/form-data; boundary=\"b\"",
+                      "--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nno end")));
+}
+
+TEST(LineSplitter, JoinsPiecesAndDropsCarriageReturns) {
+  LineSplitter s;
+  EXPECT_TRUE(s.feed("ab").empty());
+  auto lines = s.feed("c\r\nde\nf");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "abc");
+  EXPECT_EQ(lines[1], "de");
+  EXPECT_EQ(s.finish(), "f");
+  EXPECT_FALSE(s.finish());
+}
+
+std::string line(const std::string& custom_id, const std::string& url = "/v1/chat/completions",
+                 const std::string& model = "m") {
+  return R"({"custom_id":")" + custom_id + R"(","method":"POST","url":")" + url +
+         R"(","body":{"model":")" + model + R"(","messages":[]}})";
+}
+
+TEST(LineValidator, AcceptsGoodLinesInOrderAndNamesEachProblemsLine) {
+  LineValidator v("/v1/chat/completions", [](const std::string& m) { return m == "m"; });
+  auto first = v.check(line("a"), 1);
+  ASSERT_TRUE(std::holds_alternative<storage::LineInput>(first));
+  EXPECT_EQ(std::get<storage::LineInput>(first).line_no, 0);
+  EXPECT_EQ(std::get<storage::LineInput>(first).custom_id, "a");
+  EXPECT_EQ(std::get<storage::LineInput>(first).model, "m");
+  EXPECT_TRUE(std::holds_alternative<std::monostate>(v.check("  ", 2)));
+
+  auto code = [&](const std::string& text, std::int64_t n) {
+    auto r = v.check(text, n);
+    if (auto* e = std::get_if<LineError>(&r)) {
+      EXPECT_EQ(e->line, n);
+      return e->code;
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(code("{not json", 3), "invalid_json_line");
+  EXPECT_EQ(code("[1]", 4), "invalid_json_line");
+  EXPECT_EQ(code(R"({"method":"POST","url":"/v1/chat/completions","body":{"model":"m"}})", 5),
+            "missing_required_parameter");
+  EXPECT_EQ(code(line("a"), 6), "duplicate_custom_id");
+  EXPECT_EQ(code(line("b", "/v1/embeddings"), 7), "invalid_url");
+  EXPECT_EQ(code(line("c", "/v1/chat/completions", "gpt-4o"), 8), "model_not_found");
+  EXPECT_EQ(code(R"({"custom_id":"d","method":"GET","url":"/v1/chat/completions","body":{}})", 9),
+            "invalid_method");
+  auto second = v.check(line("e"), 10);
+  ASSERT_TRUE(std::holds_alternative<storage::LineInput>(second));
+  EXPECT_EQ(std::get<storage::LineInput>(second).line_no, 1);
+  EXPECT_EQ(v.accepted(), 2);
+}
+
+TEST(BatchJson, HasOpenAIsFieldsAndCounts) {
+  storage::BatchRecord b;
+  b.id = "batch_1";
+  b.endpoint = "/v1/chat/completions";
+  b.completion_window = "24h";
+  b.metadata_json = R"({"k":"v"})";
+  b.created_at = 5'000;
+  b.expires_at = 9'000;
+  storage::LineCounts counts;
+  counts.pending = 1;
+  counts.succeeded = 2;
+  counts.failed = 3;
+  auto j = batch_json(b, counts);
+  EXPECT_EQ(j["object"], "batch");
+  EXPECT_EQ(j["status"], "validating");
+  EXPECT_EQ(j["created_at"], 5);
+  EXPECT_EQ(j["expires_at"], 9);
+  EXPECT_TRUE(j["in_progress_at"].is_null());
+  EXPECT_TRUE(j["output_file_id"].is_null());
+  EXPECT_EQ(j["metadata"]["k"], "v");
+  EXPECT_EQ(j["request_counts"]["total"], 6);
+  EXPECT_EQ(j["request_counts"]["completed"], 2);
+  EXPECT_EQ(j["request_counts"]["failed"], 3);
+}
+
+TEST(ResultLines, FollowOpenAIsLineFormat) {
+  auto out = nlohmann::json::parse(output_line("r1", "c1", 200, "req-1", R"({"x":1})"));
+  EXPECT_EQ(out["custom_id"], "c1");
+  EXPECT_EQ(out["response"]["status_code"], 200);
+  EXPECT_EQ(out["response"]["request_id"], "req-1");
+  EXPECT_EQ(out["response"]["body"]["x"], 1);
+  EXPECT_TRUE(out["error"].is_null());
+  auto err = nlohmann::json::parse(error_line("r2", "c2", "batch_expired", "late"));
+  EXPECT_TRUE(err["response"].is_null());
+  EXPECT_EQ(err["error"]["code"], "batch_expired");
+  EXPECT_EQ(parse_completion_window("24h"), 86'400'000);
+  EXPECT_FALSE(parse_completion_window("soon"));
+  EXPECT_FALSE(parse_completion_window("0s"));
+}
+
+}  // namespace
+}  // namespace fg::batch

@@ -594,8 +594,7 @@ asio::awaitable<void> BatchService::validate(BatchRecord batch) {
       co_return;
     }
     if (config->batch.slots_per_batch > 0) {
-      ctx_->broker->deliver(
-          ctx_->broker->scheduler().set_group_limit(batch.id, config->batch.slots_per_batch));
+      ctx_->broker->set_group_limit(batch.id, config->batch.slots_per_batch);
     }
     db_->transition(batch.id, BatchStatus::validating, BatchStatus::in_progress, now_ms());
     log::info("batch in progress", {{"batch", batch.id}, {"lines", validator.accepted()}});
@@ -675,7 +674,7 @@ void BatchService::finalize(const BatchRecord& batch, BatchStatus from, BatchSta
   db_->set_result_files(batch.id, ids[0], ids[1]);
   if (db_->transition(batch.id, from, to, now)) {
     // A removed cap may grant slots to this batch's waiting lines: wake them.
-    ctx_->broker->deliver(ctx_->broker->scheduler().set_group_limit(batch.id, std::nullopt));
+    ctx_->broker->set_group_limit(batch.id, std::nullopt);
     log::info("batch ended", {{"batch", batch.id}, {"status", storage::to_string(to)}});
   }
 }

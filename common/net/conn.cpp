@@ -8,6 +8,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -30,7 +31,8 @@ bool socket_input_pending(tcp::socket& socket) {
 
 class PlainConn final : public Conn {
  public:
-  explicit PlainConn(beast::tcp_stream stream) : stream_(std::move(stream)) {}
+  explicit PlainConn(beast::tcp_stream stream)
+      : stream_(std::move(stream)), wait_timer_(stream_.get_executor()) {}
 
   asio::awaitable<IoResult> read_some(asio::mutable_buffer buffer) override {
     auto [ec, n] = co_await stream_.async_read_some(buffer, kUseTuple);
@@ -52,6 +54,37 @@ class PlainConn final : public Conn {
   }
   bool is_open() const override { return stream_.socket().is_open(); }
   bool input_pending() override { return socket_input_pending(stream_.socket()); }
+  asio::awaitable<error_code> wait_readable(std::chrono::steady_clock::duration timeout) override {
+    auto& socket = stream_.socket();
+    if (timeout == std::chrono::steady_clock::duration::max()) {
+      auto [ec] = co_await socket.async_wait(tcp::socket::wait_read, kUseTuple);
+      co_return ec;
+    }
+    // A handler, not a second coroutine racing the wait: costs no frame. It only touches the
+    // connection when the timer really fired; the connection's destruction cancels it first.
+    wait_timed_out_ = false;
+    wait_timer_.expires_after(timeout);
+    wait_timer_.async_wait([this](error_code ec) {
+      if (!ec) {
+        wait_timed_out_ = true;
+        error_code ignored;
+        stream_.socket().cancel(ignored);
+      }
+    });
+    auto [ec] = co_await socket.async_wait(tcp::socket::wait_read, kUseTuple);
+    wait_timer_.cancel();
+    co_return wait_timed_out_ ? error_code(beast::error::timeout) : ec;
+  }
+  bool can_read_now() const override { return true; }
+  IoResult read_now(asio::mutable_buffer buffer) override {
+    auto& socket = stream_.socket();
+    error_code ec;
+    if (!socket.non_blocking()) {
+      socket.non_blocking(true, ec);  // only synchronous calls notice; async ones never block
+    }
+    const std::size_t n = socket.read_some(buffer, ec);
+    return IoResult{ec, n};
+  }
   void expires_after(std::chrono::steady_clock::duration d) override { stream_.expires_after(d); }
   void expires_never() override { stream_.expires_never(); }
   asio::any_io_executor get_executor() override { return stream_.get_executor(); }
@@ -59,11 +92,14 @@ class PlainConn final : public Conn {
 
  private:
   beast::tcp_stream stream_;
+  asio::steady_timer wait_timer_;
+  bool wait_timed_out_ = false;
 };
 
 class TlsConn final : public Conn {
  public:
-  TlsConn(beast::tcp_stream stream, asio::ssl::context& ctx) : stream_(std::move(stream), ctx) {}
+  TlsConn(beast::tcp_stream stream, asio::ssl::context& ctx)
+      : stream_(std::move(stream), ctx), wait_timer_(stream_.get_executor()) {}
 
   asio::awaitable<IoResult> read_some(asio::mutable_buffer buffer) override {
     auto [ec, n] = co_await stream_.async_read_some(buffer, kUseTuple);
@@ -92,6 +128,33 @@ class TlsConn final : public Conn {
     return SSL_has_pending(ssl) != 0 || BIO_ctrl_pending(SSL_get_rbio(ssl)) > 0 ||
            socket_input_pending(beast::get_lowest_layer(stream_).socket());
   }
+  asio::awaitable<error_code> wait_readable(std::chrono::steady_clock::duration timeout) override {
+    if (SSL_has_pending(stream_.native_handle()) != 0 ||
+        BIO_ctrl_pending(SSL_get_rbio(stream_.native_handle())) > 0) {
+      co_return error_code{};  // OpenSSL holds input already: the socket may never wake
+    }
+    auto& socket = beast::get_lowest_layer(stream_).socket();
+    if (timeout == std::chrono::steady_clock::duration::max()) {
+      auto [ec] = co_await socket.async_wait(tcp::socket::wait_read, kUseTuple);
+      co_return ec;
+    }
+    wait_timed_out_ = false;
+    wait_timer_.expires_after(timeout);
+    wait_timer_.async_wait([this](error_code ec) {
+      if (!ec) {
+        wait_timed_out_ = true;
+        error_code ignored;
+        beast::get_lowest_layer(stream_).socket().cancel(ignored);
+      }
+    });
+    auto [ec] = co_await socket.async_wait(tcp::socket::wait_read, kUseTuple);
+    wait_timer_.cancel();
+    co_return wait_timed_out_ ? error_code(beast::error::timeout) : ec;
+  }
+  bool can_read_now() const override { return false; }
+  IoResult read_now(asio::mutable_buffer) override {
+    return IoResult{asio::error::operation_not_supported, 0};
+  }
   void expires_after(std::chrono::steady_clock::duration d) override {
     beast::get_lowest_layer(stream_).expires_after(d);
   }
@@ -103,6 +166,8 @@ class TlsConn final : public Conn {
 
  private:
   beast::ssl_stream<beast::tcp_stream> stream_;
+  asio::steady_timer wait_timer_;
+  bool wait_timed_out_ = false;
 };
 
 bool is_ip_literal(const std::string& host) {

@@ -46,6 +46,17 @@ class Conn : public Closable {
   // reset), found without reading or waiting. An idle keep-alive connection for which this holds
   // must not carry another request: those bytes would be taken for its answer.
   virtual bool input_pending() = 0;
+  // Waits until the peer sent something (bytes, a TLS record, its close or a reset) without
+  // reading it: a parked wait holds no buffer. Ends with beast::error::timeout after timeout
+  // (duration::max(): no limit), and honours the coroutine's cancellation. On plain TCP a
+  // timeout cancels every operation pending on the socket, so use it where only one is.
+  virtual asio::awaitable<error_code> wait_readable(
+      std::chrono::steady_clock::duration timeout) = 0;
+  // Whether read_now works: reading into a buffer shared by every connection of the thread
+  // (plain TCP: yes; TLS: no, OpenSSL reads the socket itself).
+  virtual bool can_read_now() const = 0;
+  // Reads what has arrived, without waiting: would_block when nothing has, eof at the end.
+  virtual IoResult read_now(asio::mutable_buffer buffer) = 0;
   virtual void expires_after(std::chrono::steady_clock::duration d) = 0;
   virtual void expires_never() = 0;
   virtual asio::any_io_executor get_executor() = 0;

@@ -4,20 +4,25 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ssl/context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "orchestrator/config/config.hpp"
 #include "orchestrator/fleet/registry.hpp"
 #include "orchestrator/health/probe.hpp"
+#include "orchestrator/health/probe_schedule.hpp"
 
 namespace fg::fleet {
 
-// The active probe loops: one per replica, GET {url}{health.path} on a keep-alive connection of
-// its own, at the times the manager's hooks say. The loops decide nothing: each outcome goes to
-// on_outcome. A loop ends when its replica is removed (Registry::remove wakes it) or stop().
+// The active probes: GET {url}{health.path} on a keep-alive connection per replica, at the times
+// the manager's hooks say. One tick loop (one timer) sends every probe that is due, batched by
+// health::ProbeSchedule; each probe then runs as a short coroutine of its own. The checker
+// decides nothing: each outcome goes to on_outcome. A replica is forgotten when it is removed
+// (Registry::remove calls Replica::stop_probe) or at stop().
 class HealthChecker {
  public:
   struct Hooks {
@@ -30,21 +35,38 @@ class HealthChecker {
 
   HealthChecker(boost::asio::any_io_executor executor, const config::ConfigSource* configs,
                 boost::asio::ssl::context* tls, std::string authorization, Hooks hooks);
+  ~HealthChecker();
 
-  // Starts the replica's loop; its first probe goes out at once.
+  // Starts probing the replica; its first probe goes out at the next tick (at once).
   void watch(std::shared_ptr<Replica> replica);
-  // Ends every loop (each at its next wake-up; Replica::stop_probe wakes one at once).
-  void stop() { stopped_ = true; }
+  // Ends the tick loop; probes in flight finish and report nothing.
+  void stop();
 
  private:
-  static boost::asio::awaitable<void> loop(HealthChecker* self, std::shared_ptr<Replica> replica);
-  bool done(const Replica& replica) const { return stopped_ || replica.removed; }
+  struct Probed {
+    std::shared_ptr<Replica> replica;
+    std::unique_ptr<net::Conn> conn;  // kept alive between probes, reset on failure
+    bool in_flight = false;
+  };
+
+  static boost::asio::awaitable<void> tick_loop(HealthChecker* self);
+  static boost::asio::awaitable<void> probe(HealthChecker* self, ReplicaId id);
+  void start_due(Clock::time_point now);
+  void schedule_next(Probed& probed, Clock::time_point last);
+  void forget(ReplicaId id);
+  // Wakes the tick loop when a probe is now due before the time it sleeps until.
+  void wake_if_before(Clock::time_point due);
 
   boost::asio::any_io_executor executor_;
   const config::ConfigSource* configs_;
   boost::asio::ssl::context* tls_;
   std::string authorization_;
   Hooks hooks_;
+  boost::asio::steady_timer timer_;
+  Clock::time_point sleeping_until_ = Clock::time_point::max();
+  health::ProbeSchedule schedule_;
+  std::unordered_map<ReplicaId, Probed> probed_;
+  bool started_ = false;
   bool stopped_ = false;
 };
 

@@ -387,7 +387,8 @@ asio::awaitable<void> proxy_flow(ProxyContext* ctx, const config::Config* config
   std::string usage_body;
   if (info->stream && !info->include_usage && route->adds_stream_usage &&
       config->metrics.request_stream_usage) {
-    if (auto body = openai::with_stream_usage(request->body())) {
+    // Spliced by bytes where inspection found the place: no second parse of the body.
+    if (auto body = openai::with_stream_usage(request->body(), *info)) {
       usage_body = std::move(*body);
       up.strip_usage = true;
     }

@@ -1,7 +1,9 @@
 #include "orchestrator/proxy/upstream.hpp"
 
 #include <algorithm>
+#include <array>
 #include <optional>
+#include <span>
 
 #include <boost/asio/ssl/error.hpp>
 #include <boost/beast/http/error.hpp>
@@ -161,12 +163,64 @@ UpstreamError parse_buffered(boost::beast::flat_buffer* buffer, net::ResponsePar
   return UpstreamError::none;
 }
 
-// Reads more of the answer into the parser within timeout (clipped to the deadline).
+// One read buffer for every relay of the thread (the gateway runs one io thread). A held stream
+// waits with Conn::wait_readable and owns no read buffer: each had a 4 KiB one (16 KiB before
+// that), most of a held stream's memory after its coroutine frames. Safe without locks: it is
+// filled and handed to the parser with no co_await in between.
+std::span<char> relay_read_buffer() {
+  static thread_local std::array<char, 16 * 1024> buffer;
+  return buffer;
+}
+
+// Feeds bytes to the parser as far as it takes them now; what it cannot take yet (a head or a
+// chunk-size line split between reads) is kept in *pending.
+UpstreamError parse_bytes(std::string_view bytes, boost::beast::flat_buffer* pending,
+                          net::ResponseParser* parser) {
+  while (!bytes.empty() && !parser->is_done()) {
+    net::error_code pec;
+    const std::size_t used = parser->put(asio::buffer(bytes.data(), bytes.size()), pec);
+    bytes.remove_prefix(used);
+    if (pec == http::error::need_more || (!pec && used == 0)) {
+      break;
+    }
+    if (pec) {
+      return UpstreamError::protocol;
+    }
+  }
+  if (!bytes.empty()) {
+    pending->commit(asio::buffer_copy(pending->prepare(bytes.size()), asio::buffer(bytes)));
+  }
+  return UpstreamError::none;
+}
+
+// Reads more of the answer into the parser within timeout (clipped to the deadline). May return
+// without progress (a wake-up with nothing to read): callers loop until the parser is done.
 asio::awaitable<UpstreamError> read_more(net::Conn* conn, boost::beast::flat_buffer* buffer,
                                          net::ResponseParser* parser, Clock::duration timeout,
                                          Clock::time_point deadline) {
-  conn->expires_after(clipped(timeout, deadline));
-  auto [rec, got] = co_await conn->read_some(buffer->prepare(kReadChunk));
+  net::error_code rec;
+  std::size_t got = 0;
+  std::span<char> shared;
+  if (conn->can_read_now()) {
+    if (buffer->size() == 0) {
+      buffer->shrink_to_fit();  // nothing pending: hold no buffer while waiting
+    }
+    if (auto wec = co_await conn->wait_readable(clipped(timeout, deadline))) {
+      co_return classify(wec, deadline);
+    }
+    shared = relay_read_buffer();
+    const net::IoResult now = conn->read_now(asio::buffer(shared.data(), shared.size()));
+    rec = now.ec;
+    got = now.bytes;
+    if (rec == asio::error::would_block) {
+      co_return UpstreamError::none;
+    }
+  } else {
+    conn->expires_after(clipped(timeout, deadline));
+    auto result = co_await conn->read_some(buffer->prepare(kReadChunk));
+    rec = result.ec;
+    got = result.bytes;
+  }
   if (rec == asio::error::eof || rec == asio::ssl::error::stream_truncated) {
     // Only an answer delimited by the end of the connection may end here.
     net::error_code pec;
@@ -176,7 +230,15 @@ asio::awaitable<UpstreamError> read_more(net::Conn* conn, boost::beast::flat_buf
   if (rec) {
     co_return classify(rec, deadline);
   }
-  buffer->commit(got);
+  if (shared.empty()) {
+    buffer->commit(got);
+    co_return parse_buffered(buffer, parser);
+  }
+  if (buffer->size() == 0) {
+    co_return parse_bytes(std::string_view(shared.data(), got), buffer, parser);
+  }
+  // Rare: a split head or chunk-size line waits in *buffer; the new bytes join it.
+  buffer->commit(asio::buffer_copy(buffer->prepare(got), asio::buffer(shared.data(), got)));
   co_return parse_buffered(buffer, parser);
 }
 

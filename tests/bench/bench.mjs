@@ -213,14 +213,14 @@ function yamlString(s) {
 }
 
 // endpoints: [{url, slots}]
-function gatewayYaml({ publicPort, adminPort, endpoints, slots = 1, extra = '', modelExtra = '' }) {
+function gatewayYaml({ publicPort, adminPort, endpoints, slots = 1, extra = '', modelExtra = '', maxIdle = 256, serverExtra = '' }) {
   const eps = endpoints.length
     ? endpoints.map((e) => `      - {url: ${yamlString(e.url)}, slots: ${e.slots ?? slots}}`).join('\n')
     : '      []';
   return `# written by tests/bench/bench.mjs
 server:
   listen: 127.0.0.1:${publicPort}
-admin:
+${serverExtra}admin:
   listen: 127.0.0.1:${adminPort}
 models:
   - name: ${MODEL}
@@ -231,7 +231,7 @@ routing:
   queue_max: 100000
   queue_timeout: 600s
 upstream:
-  max_idle_per_replica: 256
+  max_idle_per_replica: ${maxIdle}
 ${extra}log:
   level: warn
 `;
@@ -832,9 +832,11 @@ ${markdownTable(
 async function scenarioScale() {
   const limit = fdLimit();
   const hard = Math.min(limit?.soft ?? 1024, limit?.hard ?? 1024);
-  // Each proxied stream holds two descriptors in the gateway (client and replica side).
+  // Each proxied stream holds two descriptors in the gateway (client and replica side), and the
+  // gateway refuses to start unless server.max_connections, the admin connections and every
+  // slot (plus pooled and probe connections) fit its descriptor limit: ~1,000 are kept spare.
   const wantStreams = QUICK ? 500 : 10000;
-  const streams = Math.min(wantStreams, Math.floor((hard - 200) / 2));
+  const streams = Math.min(wantStreams, Math.floor((hard - 1000) / 2));
   const replicas = QUICK ? 200 : 5000;
   const rows = [];
   let md = `### 5. Scale: held streams and registered replicas\n\n`;
@@ -843,8 +845,10 @@ async function scenarioScale() {
       ? `The open-file limit here is ${hard} per process and cannot be raised (no CAP_SYS_RESOURCE), and each proxied stream holds two descriptors in the gateway, so at most ${streams} streams fit (target: ${wantStreams}). RSS is extrapolated linearly to ${wantStreams}.`
       : '';
 
+  // FLEETGATE_BENCH_SCALE=replicas or =streams runs one phase only (before/after comparisons).
+  const only = process.env.FLEETGATE_BENCH_SCALE ?? '';
   // Phase A: registered replicas, probed every 5 s (health defaults), no traffic.
-  {
+  if (only !== 'streams') {
     const fakes = [await startFake(), await startFake()];
     const env = { FLEETGATE_BENCH_REGISTRATION_TOKEN: 'bench-registration-token' };
     const extra = `registration:
@@ -922,7 +926,7 @@ ${markdownTable(
   }
 
   // Phase B: held streams through one gateway.
-  {
+  if (only !== 'replicas') {
     const interval = QUICK ? 1000 : 2000;
     const hold = QUICK ? 4000 : 30000;
     const chunks = Math.round(hold / interval);
@@ -930,10 +934,13 @@ ${markdownTable(
     const fakes = [];
     for (let i = 0; i < nFakes; i++) fakes.push(await startFake({ chunks, intervalMs: interval, firstMs: 0 }));
     const endpoints = [];
-    const perEndpoint = 1024;
-    const nEndpoints = Math.ceil(streams / perEndpoint) + 1;
+    const nEndpoints = Math.ceil(streams / 1000);
+    const perEndpoint = Math.ceil(streams / nEndpoints);
     for (let i = 0; i < nEndpoints; i++) endpoints.push({ url: `${fakes[i % nFakes].url}/s${i}`, slots: perEndpoint });
-    const gw = await startGateway({ endpoints, slots: perEndpoint });
+    const gw = await startGateway({
+      endpoints, slots: perEndpoint, maxIdle: 4, // Every client is 127.0.0.1: the per-address cap must let them all in.
+      serverExtra: `  max_connections: ${streams + 16}\n  max_connections_per_ip: ${streams + 16}\n`,
+    });
     try {
       await sleep(500);
       const rssIdle = rssMiB(gw.pid);

@@ -3,6 +3,9 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/util/json.hpp"
 
 namespace fg::openai {
 namespace {
@@ -303,6 +306,210 @@ TEST(InspectResponses, StatefulRequestsAreRefusedNamingTheField) {
   }
   // Model checks come first.
   EXPECT_EQ(must_reject_responses(R"({"input":"hi","store":true})").code, "missing_model");
+}
+
+}  // namespace
+}  // namespace fg::openai
+
+namespace fg::openai {
+namespace {
+
+// The one-pass scan must answer exactly as the DOM does: every case here goes through both and
+// the answers are compared field by field (and the case says which answer it expects).
+void expect_same(std::string_view body, Api api = Api::openai) {
+  const auto fast = inspect_request(api, kJson, body);
+  const auto dom = inspect_request_dom(api, kJson, body);
+  ASSERT_EQ(fast.index(), dom.index()) << body;
+  if (const auto* a = std::get_if<RequestInfo>(&fast)) {
+    const auto& b = std::get<RequestInfo>(dom);
+    EXPECT_EQ(a->model, b.model) << body;
+    EXPECT_EQ(a->stream, b.stream) << body;
+    EXPECT_EQ(a->include_usage, b.include_usage) << body;
+  } else {
+    const auto& a_error = std::get<InspectError>(fast);
+    const auto& b_error = std::get<InspectError>(dom);
+    EXPECT_EQ(a_error.status, b_error.status) << body;
+    EXPECT_EQ(a_error.code, b_error.code) << body;
+    EXPECT_EQ(a_error.param, b_error.param) << body;
+    EXPECT_EQ(a_error.message, b_error.message) << body;
+  }
+}
+
+TEST(InspectScan, AcceptsWhatTheDomAcceptsWithTheSameFields) {
+  for (
+      std::string_view body : {
+          R"({"model":"m"})",
+          "\xEF\xBB\xBF{\"model\":\"m\"}",  // a leading BOM is skipped
+          " \t\r\n{ \"model\" : \"m\" , \"stream\" : true } \n",
+          R"({"stream":false,"model":"m","stream_options":null})",
+          R"({"model":"m","stream":null,"stream_options":{"include_usage":null,"x":[1,{"y":2}]}})",
+          R"({"model":"m","stream":true,"stream_options":{"include_usage":true}})",
+          R"({"model":"m","messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude00 \"q\" \\ \/ \b\f\n\r\t"}]})",
+          "{\"model\":\"m\",\"t\":\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xED\x9F\xBF "
+          "\xF4\x8F\xBF\xBF\"}",
+          R"({"model":"m","n":[0,-0,1.5,-2e-3,1E+2,12345678901234567890123,1e-400,true,false,null]})",
+          R"({"model":"m","model_x":"dup keys of other names are fine","x":1,"x":2})",
+      }) {
+    expect_same(body);
+    EXPECT_TRUE(std::holds_alternative<RequestInfo>(inspect_request(kJson, body))) << body;
+  }
+}
+
+TEST(InspectScan, RefusesWhatTheDomRefusesWithTheDomsAnswer) {
+  for (std::string_view body : {
+           R"({"model":"m",})",
+           R"({"model":"m"} x)",
+           R"({"model":"m"}{})",
+           R"([{"model":"m"}])",
+           R"({"model":"m","x":01})",
+           R"({"model":"m","x":1.})",
+           R"({"model":"m","x":-})",
+           R"({"model":"m","x":1e})",
+           R"({"model":"m","x":1e400})",
+           R"({"model":"m","x":-1E+999})",
+           R"({"model":"m","x":"\ud83d"})",        // a high surrogate alone
+           R"({"model":"m","x":"\ude00"})",        // a low surrogate alone
+           R"({"model":"m","x":"\ud83d\u0041"})",  // high + not low
+           R"({"model":"m","x":"\x"})",
+           R"({"model":"m","x":"\u12G4"})",
+           "{\"model\":\"m\",\"x\":\"a\tb\"}",              // a raw control character
+           "{\"model\":\"m\",\"x\":\"\xC0\xAF\"}",          // overlong
+           "{\"model\":\"m\",\"x\":\"\xED\xA0\x80\"}",      // an encoded surrogate
+           "{\"model\":\"m\",\"x\":\"\xF4\x90\x80\x80\"}",  // past U+10FFFF
+           "{\"model\":\"m\",\"x\":\"\xE2\x82\"}",          // cut short
+           "\xEF\xBB{\"model\":\"m\"}",                     // half a BOM
+           R"({"model":""})",
+           R"({"model":null})",
+           R"({"model":7})",
+           R"({"stream":true})",
+           R"({"model":"m","stream":"yes"})",
+           R"({"model":"m","stream_options":[]})",
+           R"({"model":"m","stream_options":{"include_usage":1}})",
+           R"({"model":"m","x":tru})",
+       }) {
+    expect_same(body);
+    EXPECT_TRUE(std::holds_alternative<InspectError>(inspect_request(kJson, body))) << body;
+  }
+}
+
+TEST(InspectScan, RepeatedOrEscapedKeysGoToTheDomWhichKeepsTheLast) {
+  // nlohmann keeps the last of repeated keys; the scan leaves those bodies to it.
+  expect_same(R"({"model":"a","model":"b"})");
+  EXPECT_EQ(std::get<RequestInfo>(inspect_request(kJson, R"({"model":"a","model":"b"})")).model,
+            "b");
+  expect_same(R"({"model":"m","stream":true,"stream":false})");
+  expect_same(R"({"model":"m","stream_options":{"include_usage":true,"include_usage":false}})");
+  expect_same(R"({"mod\u0065l":"m"})");
+  expect_same(R"({"model":"caf\u00e9"})");
+  EXPECT_EQ(std::get<RequestInfo>(inspect_request(kJson, R"({"model":"caf\u00e9"})")).model,
+            "caf\xC3\xA9");
+}
+
+TEST(InspectScan, NestingLimitAsTheDom) {
+  std::string deep = R"({"model":"m","x":)";
+  std::string within = deep;
+  for (int i = 0; i < kMaxJsonDepth - 1; ++i) {
+    within += '[';
+  }
+  within += std::string(kMaxJsonDepth - 1, ']') + "}";
+  expect_same(within);
+  EXPECT_TRUE(std::holds_alternative<RequestInfo>(inspect_request(kJson, within)));
+  for (int i = 0; i < kMaxJsonDepth; ++i) {
+    deep += '[';
+  }
+  deep += std::string(kMaxJsonDepth, ']') + "}";
+  expect_same(deep);
+  EXPECT_EQ(must_reject(deep).code, "invalid_json");
+}
+
+TEST(InspectScan, ResponsesApiGoesThroughTheDom) {
+  expect_same(R"({"model":"m","input":"hi","store":true})", Api::responses);
+  expect_same(R"({"model":"m","input":"hi"})", Api::responses);
+}
+
+// The splice gives the same document as the DOM rewrite, with every other byte unchanged.
+void expect_splice(std::string_view body, std::string_view want) {
+  const auto info = std::get<RequestInfo>(inspect_request(kJson, body));
+  ASSERT_TRUE(info.usage_splice.has_value()) << body;
+  const auto spliced = with_stream_usage(body, info);
+  ASSERT_TRUE(spliced.has_value());
+  EXPECT_EQ(*spliced, want);
+  const auto dom = with_stream_usage(body);
+  ASSERT_TRUE(dom.has_value());
+  EXPECT_EQ(nlohmann::json::parse(*spliced), nlohmann::json::parse(*dom)) << body;
+  EXPECT_TRUE(std::get<RequestInfo>(inspect_request(kJson, *spliced)).include_usage);
+}
+
+TEST(InspectScan, SplicesIncludeUsageByBytes) {
+  expect_splice(R"({"model":"m","stream":true})",
+                R"({"model":"m","stream":true,"stream_options":{"include_usage":true}})");
+  expect_splice(R"({"model":"m", "stream_options" : null })",
+                R"({"model":"m", "stream_options" : {"include_usage":true} })");
+  expect_splice(R"({"model":"m","stream_options":{}})",
+                R"({"model":"m","stream_options":{"include_usage":true}})");
+  expect_splice(R"({"model":"m","stream_options":{"x":1} })",
+                R"({"model":"m","stream_options":{"x":1,"include_usage":true} })");
+  expect_splice(R"({"model":"m","stream_options":{"include_usage":false,"x":1}})",
+                R"({"model":"m","stream_options":{"include_usage":true,"x":1}})");
+  expect_splice(R"({"model":"m","stream_options":{"include_usage": null}} )",
+                R"({"model":"m","stream_options":{"include_usage": true}} )");
+  expect_splice("\xEF\xBB\xBF{\"model\":\"m\"}\n",
+                "\xEF\xBB\xBF{\"model\":\"m\",\"stream_options\":{\"include_usage\":true}}\n");
+  // Without the scan's findings (a DOM answer), the DOM rewrite.
+  RequestInfo dom_info;
+  EXPECT_EQ(*with_stream_usage(R"({"model":"m"})", dom_info),
+            *with_stream_usage(R"({"model":"m"})"));
+}
+
+}  // namespace
+}  // namespace fg::openai
+
+namespace fg::openai {
+namespace {
+
+// The scan's prompt blocks equal prompt_blocks() of the parsed body (the DOM's rendering).
+void expect_same_blocks(std::string_view body) {
+  PromptBlocks scanned;
+  const auto result = inspect_request(Api::openai, kJson, body, &scanned, 42);
+  ASSERT_TRUE(std::holds_alternative<RequestInfo>(result)) << body;
+  const PromptBlocks dom = prompt_blocks(nlohmann::json::parse(body), 42);
+  EXPECT_EQ(scanned.bytes, dom.bytes) << body;
+  EXPECT_EQ(scanned.hashes, dom.hashes) << body;
+}
+
+TEST(InspectScan, PromptBlocksAsTheDomRendersThem) {
+  const std::string long_text(700, 'x');
+  for (
+      const std::string& body : {
+          std::string(R"({"model":"m","messages":[{"role":"system","content":")") + long_text +
+              R"("},{"content":"hi","role":"user"}]})",
+          std::string(R"({"messages":[{"role":"user","content":[{"type":"text","text":")") +
+              long_text +
+              R"("},{"text":"not text","type":"image_url"},{"text":"caf\u00e9 \ud83d\ude00"},)"
+              R"({"type":"text"},7,"s",{"type":1,"text":"no"}]},null,5,{"content":null},{"role":7}],"model":"m"})",
+          std::string(R"({"model":"m","prompt":")") + long_text + R"(\n\"q\""})",
+          std::string(R"({"model":"m","prompt":["a",1,")") + long_text + R"(",null]})",
+          // "messages" wins over "prompt" when it is an array, whatever the order.
+          std::string(R"({"model":"m","prompt":")") + long_text +
+              R"(","messages":[{"role":"user","content":"hi"}]})",
+          std::string(R"({"model":"m","messages":"not an array","prompt":")") + long_text + R"("})",
+          std::string(R"({"model":"m","messages":[]})"),
+          std::string(R"({"model":"m"})"),
+      }) {
+    expect_same_blocks(body);
+  }
+}
+
+TEST(InspectScan, PromptBlocksFromTheDomWhenTheScanGivesUp) {
+  // A repeated "messages": the DOM keeps the last, and its blocks are the last one's.
+  expect_same_blocks(
+      R"({"model":"m","messages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"b"}]})");
+  expect_same_blocks(R"({"model":"m","messages":[{"role":"user","content":"a","content":"b"}]})");
+  // A refused request has no blocks.
+  PromptBlocks blocks;
+  blocks.bytes = 9;
+  EXPECT_TRUE(std::holds_alternative<InspectError>(
+      inspect_request(Api::openai, kJson, R"({"messages":[]})", &blocks, 1)));
 }
 
 }  // namespace

@@ -55,6 +55,16 @@ write("openai_inspect", "bad_types", "application/json\n{\"model\":1,\"stream\":
 write("openai_inspect", "deep", "application/json\n{\"model\":\"m\",\"x\":" + "[" * 130 + "]" * 130 + "}")
 write("openai_inspect", "text", "text/plain\nhello")
 write("openai_inspect", "escapes", "application/json\n{\"model\":\"\\u00e9\\ud83d\\ude00\",\"stream\":true}")
+# The one-pass scan's cases: a BOM, prompt blocks (chat parts, completions), repeated keys, the
+# splice places, numbers that overflow a double, UTF-8 at the edges.
+write("openai_inspect", "bom_prompt", "application/json\n\ufeff" +
+      json.dumps({"model": "m", "prompt": ["a" * 200, 1, "b"], "stream_options": {}}))
+write("openai_inspect", "parts", "application/json\n" + json.dumps({"model": "m", "messages": [
+    {"content": [{"text": "x" * 150}, {"type": "image_url", "text": "no"}, {"text": "y", "type": "text"}],
+     "role": "user"}, None, {"role": "assistant"}]}))
+write("openai_inspect", "repeats", "application/json\n{\"model\":\"a\",\"messages\":[],\"model\":\"b\",\"messages\":[{\"content\":\"c\"}]}")
+write("openai_inspect", "numbers", "application/json\n{\"model\":\"m\",\"n\":[1e308,1e309,-0,0.5e-400,123456789012345678901234567890]}")
+write("openai_inspect", "utf8", b'application/json\n{"model":"m","t":"\xed\x9f\xbf \xf4\x8f\xbf\xbf \xe0\xa0\x80"}')
 
 
 # ---- sse_relay: strip flag, u16 event limit, cut count, cuts, then the stream ----

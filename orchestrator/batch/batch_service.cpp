@@ -64,6 +64,15 @@ class CaptureConn final : public net::Conn {
   void close() override {}
   bool is_open() const override { return true; }
   bool input_pending() override { return false; }
+  // As read_some: the "client" of a batch line has nothing more to say (readable at once, and
+  // reading gives eof), exactly what a read-based watch saw before.
+  asio::awaitable<net::error_code> wait_readable(std::chrono::steady_clock::duration) override {
+    co_return net::error_code{};
+  }
+  bool can_read_now() const override { return false; }
+  net::IoResult read_now(asio::mutable_buffer) override {
+    return net::IoResult{asio::error::eof, 0};
+  }
   void expires_after(std::chrono::steady_clock::duration) override {}
   void expires_never() override {}
   asio::any_io_executor get_executor() override { return socket_.get_executor(); }

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -759,8 +760,15 @@ Config load_config_file(const std::string& path) {
     throw ConfigError(path + ": cannot read the configuration file");
   }
   Config config = load_config_string(text.str(), path);
-  // A relative storage.path is the config file's neighbour (the embedded config's: the cwd's).
-  const auto dir = std::filesystem::path(path).parent_path();
+  // A relative storage.path is in the service's state directory when it has one (systemd's
+  // StateDirectory= sets $STATE_DIRECTORY; the Docker image sets it too: /etc is read-only
+  // there), else the config file's neighbour (the embedded config's: the cwd's).
+  const char* state_dir = std::getenv("STATE_DIRECTORY");
+  // systemd lists several directories separated by ':' when a unit has several: the first.
+  const auto dir = state_dir && *state_dir
+                       ? std::filesystem::path(std::string(state_dir).substr(
+                             0, std::string(state_dir).find(':')))
+                       : std::filesystem::path(path).parent_path();
   if (!config.storage.path.empty() && std::filesystem::path(config.storage.path).is_relative() &&
       !dir.empty()) {
     config.storage.path = (dir / config.storage.path).string();

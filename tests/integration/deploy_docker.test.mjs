@@ -40,6 +40,28 @@ const BINARIES = ['fleetgate', 'fleetgate-agent'];
 // In debian:bookworm-slim already: the C library and the GCC runtime (priority "required").
 const IN_BASE_IMAGE = new Set(['libc6', 'libgcc-s1']);
 
+// The packages apt installs with `names`: each one and, recursively, what it depends on (the
+// local dpkg database's Depends and Pre-Depends; alternatives count when any is installed here).
+// libpq5 brings Kerberos, LDAP and GnuTLS libraries that the Dockerfile rightly does not name.
+function withDependencies(names) {
+  const seen = new Set();
+  const todo = [...names];
+  while (todo.length > 0) {
+    const pkg = todo.pop();
+    if (seen.has(pkg)) continue;
+    seen.add(pkg);
+    const r = spawnSync('dpkg-query', ['-W', '-f=${Depends}, ${Pre-Depends}', pkg], { encoding: 'utf8' });
+    if (r.status !== 0) continue;
+    for (const alt of r.stdout.split(',')) {
+      for (const choice of alt.split('|')) {
+        const name = choice.trim().split(/[\s:(]/)[0];
+        if (name) todo.push(name);
+      }
+    }
+  }
+  return seen;
+}
+
 const dockerText = () => fs.readFileSync(DOCKERFILE, 'utf8');
 
 // The Debian packages that provide the shared libraries a binary loads (ldd, then one dpkg -S).
@@ -166,7 +188,7 @@ describe('the Dockerfile (static: no Docker daemon here, the image is not built)
   const releaseBinaries = SANITIZE ? 'the binaries are the sanitized build (they load libasan and libubsan)' : false;
   test("the final stage installs the Debian package of every shared library the binaries load", { skip: releaseBinaries }, () => {
     const final = stages(dockerText()).at(-1);
-    const installed = new Set(aptInstalls(final));
+    const installed = withDependencies(aptInstalls(final));
     assert.ok(installed.has('ca-certificates'), 'ca-certificates: the gateway and agent verify HTTPS peers against the system CAs');
     for (const bin of BINARIES) {
       const file = path.join(BIN_DIR, bin);
@@ -401,12 +423,20 @@ describe('an emulated image: the final stage\'s files, its ENTRYPOINT and CMD un
       'mount -t proc proc "$1/proc"',
       'mount --rbind /dev "$1/dev"',
       'mount -t tmpfs -o mode=1777,size=16m tmpfs "$1/tmp"',
+      // The image's VOLUME (the batch database under $STATE_DIRECTORY), writable by its USER.
+      `mount -t tmpfs -o mode=0750,uid=${uid},gid=${gid},size=16m tmpfs "$1/var/lib/fleetgate"`,
       'shift',
       'exec /usr/sbin/chroot "$@"',
     ].join('\n');
+    fs.mkdirSync(path.join(root, 'var/lib/fleetgate'), { recursive: true });
+    // The final stage's ENV lines, as the container runtime sets them.
+    const imageEnv = Object.fromEntries(
+      final.instructions.filter((i) => i.keyword === 'ENV').map((i) => i.text.split('=')).map(([k, ...v]) => [k.trim(), v.join('=').trim()]),
+    );
+    assert.equal(imageEnv.STATE_DIRECTORY, '/var/lib/fleetgate', 'the image names its state directory');
     const child = spawn('/usr/bin/unshare', ['-m', '--propagation', 'private', '/bin/sh', '-c', script, 'sh', root, `--userspec=${uid}:${gid}`, root, ...entry, ...cmd], {
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { PATH: '/usr/local/bin:/usr/bin:/bin' }, // a container's, not this test's
+      env: { PATH: '/usr/local/bin:/usr/bin:/bin', ...imageEnv }, // a container's, not this test's
     });
     gw = new Gateway(child, null, path.join(root, configPath));
     await gw.waitForListeners({ timeoutMs: 15000 });

@@ -243,6 +243,8 @@ describe("the gateway under fleetgate.service's restrictions (reproduced without
       ['server: {listen: 127.0.0.1:0}', 'admin: {listen: 127.0.0.1:0}', 'models: [{name: m, local: {count: 1, profile: fast-test, time_scale: 20}}]', ''].join('\n'),
     );
     fs.chmodSync(configPath, 0o644);
+    fs.mkdirSync(path.join(dir, 'state'), { mode: 0o750 });
+    fs.chownSync(path.join(dir, 'state'), NOBODY, NOBODY);
     // The binaries as installed (/usr/local/bin, 0755): copied out of the checkout, which an
     // unprivileged user may not be able to enter (a CI checkout under /root).
     const binDir = path.join(dir, 'bin');
@@ -255,9 +257,12 @@ describe("the gateway under fleetgate.service's restrictions (reproduced without
     // the gateway as an unprivileged user with no capabilities and no_new_privs (each step execs
     // the next: the child's pid is the gateway's).
     const script = [
+      // StateDirectory=fleetgate: the one writable directory, a mount of its own left writable.
+      'mount --bind "$1/state" "$1/state"',
       'for m in $(awk \'{print $5}\' /proc/self/mountinfo | sort -u); do',
-      '  case "$m" in /proc*|/sys*|/dev*) ;; *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac',
+      '  case "$m" in /proc*|/sys*|/dev*|"$1/state") ;; *) mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac',
       'done',
+      'export STATE_DIRECTORY="$1/state"',
       'touch "$1/written" 2>/dev/null && { echo "the file system is still writable" >&2; exit 3; }',
       `exec /usr/bin/setpriv --no-new-privs --inh-caps=-all --bounding-set=-all --reuid=${NOBODY} --regid=${NOBODY} --clear-groups -- "$2" --config "$1/fleet.yaml"`,
     ].join('\n');

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -765,10 +765,9 @@ Config load_config_file(const std::string& path) {
   // there), else the config file's neighbour (the embedded config's: the cwd's).
   const char* state_dir = std::getenv("STATE_DIRECTORY");
   // systemd lists several directories separated by ':' when a unit has several: the first.
-  const auto dir = state_dir && *state_dir
-                       ? std::filesystem::path(std::string(state_dir).substr(
-                             0, std::string(state_dir).find(':')))
-                       : std::filesystem::path(path).parent_path();
+  const auto dir = state_dir && *state_dir ? std::filesystem::path(std::string(state_dir).substr(
+                                                 0, std::string(state_dir).find(':')))
+                                           : std::filesystem::path(path).parent_path();
   if (!config.storage.path.empty() && std::filesystem::path(config.storage.path).is_relative() &&
       !dir.empty()) {
     config.storage.path = (dir / config.storage.path).string();

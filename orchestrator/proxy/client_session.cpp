@@ -529,7 +529,8 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
       co_return finish();
     }
     co_return co_await ctx->batch->handle(
-        r, *decision.route == PublicRoute::files ? batch::ApiRoute::files : batch::ApiRoute::batches,
+        r,
+        *decision.route == PublicRoute::files ? batch::ApiRoute::files : batch::ApiRoute::batches,
         batch::owner_name(*request, !ctx->api_keys.empty()));
   }
   if (*decision.route == PublicRoute::models) {

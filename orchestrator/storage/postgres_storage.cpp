@@ -97,28 +97,6 @@ constexpr const char* kLineColumns =
 constexpr const char* kActiveStatuses = "(0, 2, 3, 6)";  // validating, in_progress, finalizing,
                                                          // cancelling
 
-const char* time_column(BatchStatus status) {
-  switch (status) {
-    case BatchStatus::in_progress:
-      return "in_progress_at";
-    case BatchStatus::finalizing:
-      return "finalizing_at";
-    case BatchStatus::completed:
-      return "completed_at";
-    case BatchStatus::failed:
-      return "failed_at";
-    case BatchStatus::expired:
-      return "expired_at";
-    case BatchStatus::cancelling:
-      return "cancelling_at";
-    case BatchStatus::cancelled:
-      return "cancelled_at";
-    case BatchStatus::validating:
-      break;
-  }
-  return nullptr;
-}
-
 Param status_param(BatchStatus s) {
   return Param::integer(static_cast<int>(s));
 }
@@ -419,7 +397,7 @@ std::vector<BatchRecord> PostgresStorage::active_batches() {
 
 bool PostgresStorage::transition(const std::string& id, BatchStatus from, BatchStatus to,
                                  UnixMs at) {
-  const char* column = time_column(to);
+  const char* column = status_time_column(to);
   if (column == nullptr) {
     return false;  // nothing goes back to validating
   }

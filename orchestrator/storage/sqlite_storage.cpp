@@ -92,28 +92,6 @@ constexpr const char* kFileColumns =
 constexpr const char* kLineColumns =
     "batch_id, line_no, custom_id, model, body, attempts, lease_owner, lease_expires_at";
 
-const char* time_column(BatchStatus status) {
-  switch (status) {
-    case BatchStatus::in_progress:
-      return "in_progress_at";
-    case BatchStatus::finalizing:
-      return "finalizing_at";
-    case BatchStatus::completed:
-      return "completed_at";
-    case BatchStatus::failed:
-      return "failed_at";
-    case BatchStatus::expired:
-      return "expired_at";
-    case BatchStatus::cancelling:
-      return "cancelling_at";
-    case BatchStatus::cancelled:
-      return "cancelled_at";
-    case BatchStatus::validating:
-      break;
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 // A prepared statement from the cache, reset and unbound when it goes out of scope.
@@ -498,7 +476,7 @@ std::vector<BatchRecord> SqliteStorage::active_batches() {
 }
 
 bool SqliteStorage::transition(const std::string& id, BatchStatus from, BatchStatus to, UnixMs at) {
-  const char* column = time_column(to);
+  const char* column = status_time_column(to);
   if (!column) {
     return false;  // nothing goes back to validating
   }

@@ -81,6 +81,30 @@ const char* to_string(BatchStatus status);
 std::optional<BatchStatus> parse_batch_status(std::string_view name);
 // completed, failed, expired, cancelled: nothing changes any more.
 bool is_terminal(BatchStatus status);
+// The batch column that holds the time `status` was entered ("in_progress_at", ...); nullptr for
+// validating, which has none. Both backends' schemas use these names. Inline: the PostgreSQL
+// backend's library uses only this header (CMakeLists.txt, fg_storage_postgres).
+inline const char* status_time_column(BatchStatus status) {
+  switch (status) {
+    case BatchStatus::in_progress:
+      return "in_progress_at";
+    case BatchStatus::finalizing:
+      return "finalizing_at";
+    case BatchStatus::completed:
+      return "completed_at";
+    case BatchStatus::failed:
+      return "failed_at";
+    case BatchStatus::expired:
+      return "expired_at";
+    case BatchStatus::cancelling:
+      return "cancelling_at";
+    case BatchStatus::cancelled:
+      return "cancelled_at";
+    case BatchStatus::validating:
+      break;
+  }
+  return nullptr;
+}
 
 struct BatchRecord {
   std::string id;     // "batch_..."

@@ -178,6 +178,45 @@ TEST(ChildWatcherPidfd, UsedWhereTheKernelHasIt) {
   ASSERT_TRUE(run_until(io, [&] { return status.has_value(); }));
 }
 
+// A signal sent to a child the moment spawn_child_process returns (the agent's SIGTERM during
+// autotune, in CI) must reach the child's program, never a handler it inherited from us before
+// exec: with our handler the child survived the SIGTERM and ran on. Signalling its group must
+// work at once too (the group existed only once the child had run its setpgid).
+volatile sig_atomic_t g_term_seen = 0;
+void note_term(int) { g_term_seen = 1; }
+
+TEST(SpawnChildProcess, ASignalAtOnceEndsTheChildNotRunsOurHandler) {
+  struct sigaction handler {};
+  struct sigaction before {};
+  handler.sa_handler = note_term;
+  sigemptyset(&handler.sa_mask);
+  ASSERT_EQ(::sigaction(SIGTERM, &handler, &before), 0);
+  for (int i = 0; i < 100; ++i) {
+    const pid_t pid = spawn_child_process({"/bin/sleep", "30"});
+    ASSERT_GT(pid, 0);
+    EXPECT_EQ(::kill(-pid, SIGTERM), 0) << "the child's process group exists at once (round " << i
+                                         << ")";
+    ::kill(pid, SIGTERM);
+    int status = 0;
+    pid_t r = 0;
+    const auto deadline = Clock::now() + 10s;
+    while ((r = ::waitpid(pid, &status, WNOHANG)) == 0 && Clock::now() < deadline) {
+      ::usleep(1000);
+    }
+    if (r == 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      ADD_FAILURE() << "the child outlived SIGTERM (round " << i << ")";
+      break;
+    }
+    ASSERT_EQ(r, pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "round " << i;
+    EXPECT_EQ(WTERMSIG(status), SIGTERM) << "round " << i;
+  }
+  EXPECT_EQ(g_term_seen, 0) << "no signal meant for a child reached us";
+  ::sigaction(SIGTERM, &before, nullptr);
+}
+
 TEST(ExitCode, ShellConventions) {
   EXPECT_EQ(exit_code(-1), -1);
   EXPECT_EQ(exit_code(0), 0);

@@ -1,5 +1,6 @@
 #include "common/util/process.hpp"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -56,13 +57,36 @@ pid_t spawn_child_process(std::vector<std::string> argv) {
                          ? static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 20))
                          : 1 << 16;
   const pid_t parent = ::getpid();
+  // Every signal is blocked across fork, so that one arriving before exec cannot run our
+  // handlers in the child: Asio's handler would write to the descriptor it shares with us, and we
+  // would take the child's SIGTERM for our own (the agent then stopped at once, leaving the
+  // engine behind). The child resets every handler to the default before it unblocks, so a
+  // SIGTERM sent in that window ends it as it would end the program.
+  sigset_t all;
+  sigset_t before;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &before);
   const pid_t pid = ::fork();
   if (pid != 0) {
+    if (pid > 0) {
+      // The child's group exists when we return, so signalling the group (-pid) reaches it
+      // even before the child has run; the child makes the same call (EACCES here once it has
+      // exec'd, which is fine).
+      ::setpgid(pid, pid);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
     return pid;
   }
   // Child: only async-signal-safe calls until exec.
   ::setpgid(0, 0);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigemptyset(&dfl.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    ::sigaction(sig, &dfl, nullptr);  // fails for SIGKILL and SIGSTOP, which have no handler
+  }
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (::getppid() != parent) {
     ::_exit(1);  // the parent died before prctl took effect
   }

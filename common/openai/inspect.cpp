@@ -1,7 +1,9 @@
 #include "common/openai/inspect.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
@@ -132,6 +134,12 @@ class Scanner {
       return Outcome::fallback;
     }
     set_splice();
+    for (const auto& limit : limit_) {
+      if (limit) {
+        info_->max_tokens = static_cast<std::uint32_t>(std::min<std::uint64_t>(*limit, UINT32_MAX));
+        break;
+      }
+    }
     if (blocks_ != nullptr) {
       // "messages" when it is an array, else "prompt": both were hashed, whichever came first.
       *blocks_ = messages_is_array_ ? messages_hasher_.finish() : prompt_hasher_.finish();
@@ -760,6 +768,16 @@ class Scanner {
           } else if (*p_ != '{' || !options_object()) {
             return false;
           }
+        } else if (const int limit = token_limit_index(key); limit >= 0) {
+          if (seen_limit_[limit]) {
+            return false;  // repeated: the DOM keeps the last
+          }
+          seen_limit_[limit] = true;
+          const char* at = p_;
+          if (!value(1)) {
+            return false;
+          }
+          limit_[limit] = unsigned_integer(std::string_view(at, static_cast<std::size_t>(p_ - at)));
         } else if (blocks_ != nullptr && (key == "messages" || key == "prompt")) {
           bool& seen = key == "messages" ? seen_messages_ : seen_prompt_;
           if (seen) {
@@ -779,6 +797,40 @@ class Scanner {
     }
     top_close_ = offset(p_ - 1);
     return true;
+  }
+
+  // 0, 1, 2 for "max_completion_tokens", "max_tokens", "max_output_tokens" (the order in which
+  // RequestInfo::max_tokens takes them); -1 for any other key.
+  static int token_limit_index(std::string_view key) {
+    if (key == "max_completion_tokens") {
+      return 0;
+    }
+    if (key == "max_tokens") {
+      return 1;
+    }
+    if (key == "max_output_tokens") {
+      return 2;
+    }
+    return -1;
+  }
+  // A number the scan validated, as an unsigned integer when nlohmann would store it as one
+  // (digits only and within 64 bits; "-1", "5.0", "1e3" or a larger number are not).
+  static std::optional<std::uint64_t> unsigned_integer(std::string_view text) {
+    if (text.empty() || text.size() > 20) {
+      return std::nullopt;
+    }
+    std::uint64_t v = 0;
+    for (const char c : text) {
+      if (c < '0' || c > '9') {
+        return std::nullopt;
+      }
+      const auto d = static_cast<std::uint64_t>(c - '0');
+      if (v > (UINT64_MAX - d) / 10) {
+        return std::nullopt;
+      }
+      v = v * 10 + d;
+    }
+    return v;
   }
 
   void set_splice() {
@@ -813,6 +865,8 @@ class Scanner {
   bool options_null_ = false;
   bool has_usage_member_ = false;
   bool top_has_members_ = false;
+  bool seen_limit_[3] = {false, false, false};
+  std::optional<std::uint64_t> limit_[3];
   bool options_has_members_ = false;
   std::uint32_t top_close_ = 0;
   std::uint32_t options_at_ = 0;
@@ -918,6 +972,14 @@ std::variant<RequestInfo, InspectError> inspect_request_dom(Api api, std::string
                            "'stream_options.include_usage' must be a boolean");
       }
       info.include_usage = usage->get<bool>();
+    }
+  }
+  for (const char* key : {"max_completion_tokens", "max_tokens", "max_output_tokens"}) {
+    const auto it = doc.find(key);
+    if (it != doc.end() && it->is_number_unsigned()) {
+      info.max_tokens =
+          static_cast<std::uint32_t>(std::min<std::uint64_t>(it->get<std::uint64_t>(), UINT32_MAX));
+      break;
     }
   }
   if (api == Api::responses) {

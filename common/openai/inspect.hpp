@@ -16,6 +16,10 @@ struct RequestInfo {
   std::string model;
   bool stream = false;         // "stream": true
   bool include_usage = false;  // "stream_options": {"include_usage": true}
+  // The answer's token limit: the first of "max_completion_tokens", "max_tokens" and
+  // "max_output_tokens" that is an unsigned integer, capped at UINT32_MAX (the scheduler's
+  // expected answer length under expected_finish). Unset when none is.
+  std::optional<std::uint32_t> max_tokens;
 
   // Where with_stream_usage splices "include_usage": true into the body, found by the one-pass
   // scan (unset when the body was read through the DOM): bytes [at, at + erase) are replaced.

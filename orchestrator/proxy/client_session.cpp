@@ -447,27 +447,6 @@ void log_request(ProxyContext* ctx, const ClientWriter& writer, const RequestRec
                                                       : nlohmann::json(nullptr)}});
 }
 
-// The prompt's blocks and the answer's token limit, for expected_finish (least_loaded uses
-// neither, so the body is not parsed again for it). One small function, so that a one-pass
-// scanner of the body can take its place.
-void describe_prompt(const ProxyContext* ctx, const std::string& body, scheduling::Request& out) {
-  const nlohmann::json parsed = parse_network_json(body);
-  if (!parsed.is_object()) {
-    return;
-  }
-  openai::PromptBlocks blocks = openai::prompt_blocks(parsed, ctx->prompt_key);
-  out.prompt_blocks = std::move(blocks.hashes);
-  out.prompt_bytes = blocks.bytes;
-  for (const char* key : {"max_completion_tokens", "max_tokens", "max_output_tokens"}) {
-    auto it = parsed.find(key);
-    if (it != parsed.end() && it->is_number_unsigned()) {
-      out.max_tokens =
-          static_cast<std::uint32_t>(std::min<std::uint64_t>(it->get<std::uint64_t>(), UINT32_MAX));
-      break;
-    }
-  }
-}
-
 // The gateway's own keys, as OpenAI clients send them (Authorization: Bearer) or Anthropic's
 // (x-api-key).
 bool authorized(const ProxyContext* ctx, const net::Request& head) {
@@ -558,8 +537,14 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
 
   const ProxiedRoute* route = &proxied(*decision.route);
   record.api = std::string(route->api_label);
+  // expected_finish needs the prompt's blocks (its prompt-cache model): the same one pass over
+  // the body finds them; least_loaded uses none, so the scan skips the hashing.
+  const bool want_blocks =
+      ctx->broker->scheduler().options().policy == scheduling::RoutingPolicy::expected_finish;
+  openai::PromptBlocks blocks;
   auto inspected =
-      openai::inspect_request(route->api, (*request)[http::field::content_type], request->body());
+      openai::inspect_request(route->api, (*request)[http::field::content_type], request->body(),
+                              want_blocks ? &blocks : nullptr, ctx->prompt_key);
   if (auto* error = std::get_if<openai::InspectError>(&inspected)) {
     record.outcome = "bad_request";
     co_await writer.send_error(static_cast<unsigned>(error->status), error->message, error->code,
@@ -606,8 +591,10 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
     described.priority = *priority;
   }
   described.sheddable = described.priority && scheduling::sheddable_priority(*described.priority);
-  if (ctx->broker->scheduler().options().policy == scheduling::RoutingPolicy::expected_finish) {
-    describe_prompt(ctx, request->body(), described);
+  if (want_blocks) {
+    described.prompt_blocks = std::move(blocks.hashes);
+    described.prompt_bytes = blocks.bytes;
+    described.max_tokens = info.max_tokens;
   }
 
   // The client may vanish at any time (watch_client); streamed requests get keep-alive comments

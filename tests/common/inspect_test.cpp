@@ -325,6 +325,7 @@ void expect_same(std::string_view body, Api api = Api::openai) {
     EXPECT_EQ(a->model, b.model) << body;
     EXPECT_EQ(a->stream, b.stream) << body;
     EXPECT_EQ(a->include_usage, b.include_usage) << body;
+    EXPECT_EQ(a->max_tokens, b.max_tokens) << body;
   } else {
     const auto& a_error = std::get<InspectError>(fast);
     const auto& b_error = std::get<InspectError>(dom);
@@ -353,6 +354,39 @@ TEST(InspectScan, AcceptsWhatTheDomAcceptsWithTheSameFields) {
     expect_same(body);
     EXPECT_TRUE(std::holds_alternative<RequestInfo>(inspect_request(kJson, body))) << body;
   }
+}
+
+// The answer's token limit (expected_finish's expected answer length) comes from the same pass:
+// the first of max_completion_tokens, max_tokens, max_output_tokens that is an unsigned integer,
+// as the DOM reads it.
+TEST(InspectScan, ReadsTheAnswersTokenLimitAsTheDomDoes) {
+  const std::pair<std::string_view, std::optional<std::uint32_t>> cases[] = {
+      {R"({"model":"m"})", std::nullopt},
+      {R"({"model":"m","max_tokens":8})", 8},
+      {R"({"model":"m","max_tokens":0})", 0},
+      {R"({"model":"m","max_output_tokens":300})", 300},
+      {R"({"model":"m","max_tokens":8,"max_completion_tokens":16})", 16},
+      {R"({"max_output_tokens":3,"model":"m","max_tokens":7})", 7},
+      {R"({"model":"m","max_completion_tokens":"16","max_tokens":9})", 9},
+      {R"({"model":"m","max_tokens":-1})", std::nullopt},
+      {R"({"model":"m","max_tokens":5.0})", std::nullopt},
+      {R"({"model":"m","max_tokens":1e3})", std::nullopt},
+      {R"({"model":"m","max_tokens":null})", std::nullopt},
+      {R"({"model":"m","max_tokens":-0})", std::nullopt},
+      {R"({"model":"m","max_tokens":99999999999})", UINT32_MAX},
+      {R"({"model":"m","max_tokens":18446744073709551615})", UINT32_MAX},
+      {R"({"model":"m","max_tokens":18446744073709551616})", std::nullopt},  // a double to nlohmann
+      {R"({"model":"m","opts":{"max_tokens":4}})", std::nullopt},  // only at the top level
+  };
+  for (const auto& [body, expected] : cases) {
+    expect_same(body);
+    const auto info = inspect_request(kJson, body);
+    ASSERT_TRUE(std::holds_alternative<RequestInfo>(info)) << body;
+    EXPECT_EQ(std::get<RequestInfo>(info).max_tokens, expected) << body;
+  }
+  // A repeated limit goes to the DOM, which keeps the last.
+  const auto twice = inspect_request(kJson, R"({"model":"m","max_tokens":4,"max_tokens":6})");
+  EXPECT_EQ(std::get<RequestInfo>(twice).max_tokens, 6u);
 }
 
 TEST(InspectScan, RefusesWhatTheDomRefusesWithTheDomsAnswer) {

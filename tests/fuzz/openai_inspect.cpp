@@ -28,6 +28,7 @@ void check_same(const std::variant<fg::openai::RequestInfo, fg::openai::InspectE
     FUZZ_CHECK(a->model == b.model, "the scan reads the DOM's model");
     FUZZ_CHECK(a->stream == b.stream, "the scan reads the DOM's stream");
     FUZZ_CHECK(a->include_usage == b.include_usage, "the scan reads the DOM's include_usage");
+    FUZZ_CHECK(a->max_tokens == b.max_tokens, "the scan reads the DOM's token limit");
     return;
   }
   const auto& a = std::get<fg::openai::InspectError>(fast);

@@ -183,7 +183,9 @@ TEST(ChildWatcherPidfd, UsedWhereTheKernelHasIt) {
 // exec: with our handler the child survived the SIGTERM and ran on. Signalling its group must
 // work at once too (the group existed only once the child had run its setpgid).
 volatile sig_atomic_t g_term_seen = 0;
-void note_term(int) { g_term_seen = 1; }
+void note_term(int) {
+  g_term_seen = 1;
+}
 
 TEST(SpawnChildProcess, ASignalAtOnceEndsTheChildNotRunsOurHandler) {
   struct sigaction handler {};
@@ -194,8 +196,8 @@ TEST(SpawnChildProcess, ASignalAtOnceEndsTheChildNotRunsOurHandler) {
   for (int i = 0; i < 100; ++i) {
     const pid_t pid = spawn_child_process({"/bin/sleep", "30"});
     ASSERT_GT(pid, 0);
-    EXPECT_EQ(::kill(-pid, SIGTERM), 0) << "the child's process group exists at once (round " << i
-                                         << ")";
+    EXPECT_EQ(::kill(-pid, SIGTERM), 0)
+        << "the child's process group exists at once (round " << i << ")";
     ::kill(pid, SIGTERM);
     int status = 0;
     pid_t r = 0;

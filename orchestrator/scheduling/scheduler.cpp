@@ -792,7 +792,13 @@ Grant Scheduler::bind(Model& m, const Pick& pick) {
   const Estimate e = estimate(m.name, w.request);
   b.prompt_bytes = w.request.prompt_bytes;
   b.prompt_tokens = e.prompt_tokens;
-  b.placement = cache_.on_send(id, w.request.prompt_blocks);
+  // least_loaded reads nothing from the prompt-cache model; a request without blocks under it
+  // is not placed there (a policy switched on by a reload starts from what the phones report).
+  b.cache_tracked =
+      options_.policy == RoutingPolicy::expected_finish || !w.request.prompt_blocks.empty();
+  if (b.cache_tracked) {
+    b.placement = cache_.on_send(id, w.request.prompt_blocks);
+  }
   b.cached_tokens = cached_tokens(e, b.placement.cached_blocks);
   b.answer_tokens = e.answer_tokens;
   const double uncached = b.prompt_tokens - b.cached_tokens;
@@ -878,7 +884,9 @@ std::vector<Grant> Scheduler::finish(BindingId id, TimePoint now, const Completi
   }
   Replica& r = replicas_.at(b.replica);
   std::erase(r.bindings, id);
-  cache_.on_finish(b.replica, b.placement.slot);
+  if (b.cache_tracked) {
+    cache_.on_finish(b.replica, b.placement.slot);
+  }
   bool group_opened = false;
   if (!b.group.empty()) {
     auto git = groups_.find(b.group);
@@ -934,7 +942,7 @@ void Scheduler::learn(const Binding& b, TimePoint now, const Completion& c) {
     sample.first_token_seconds = Seconds(*c.first_token_after).count();
   }
   speeds_.learn(b.replica, sample);
-  if (c.cached_tokens && b.prompt_bytes > 0) {
+  if (c.cached_tokens && b.prompt_bytes > 0 && b.cache_tracked) {
     const double blocks = static_cast<double>(*c.cached_tokens) / tokens_per_block(b.model);
     cache_.on_report(b.replica, b.placement, static_cast<std::size_t>(blocks));
   }

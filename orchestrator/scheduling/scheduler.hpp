@@ -174,6 +174,10 @@ class Scheduler {
     TimePoint start{};
     TimePoint expected_end{};
     PromptCacheModel::Placement placement{};
+    // Whether the prompt-cache model placed this request (expected_finish, or a request with
+    // blocks): under least_loaded it is not told, which saved ~20k instructions per request
+    // against a many-slot replica (its slot choice walks every slot; docs/benchmarks.md).
+    bool cache_tracked = false;
     std::uint64_t prompt_bytes = 0;
     double prompt_tokens = 0;
     double cached_tokens = 0;  // expected

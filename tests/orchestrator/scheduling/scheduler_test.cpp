@@ -71,6 +71,35 @@ TEST(SchedulerModels, AddingTwiceKeepsReplicasAndQueue) {
   EXPECT_EQ(pairs(s.release(1)), (Pairs{{2, 1}}));
 }
 
+// least_loaded reads nothing from the prompt-cache model, so a request without blocks is not
+// placed there (its slot walk cost ~20k instructions per request on a many-slot replica);
+// expected_finish places every request.
+TEST(SchedulerModels, LeastLoadedLeavesThePromptCacheModelAlone) {
+  auto any_busy = [](const Scheduler& sched) {
+    bool busy = false;
+    for (std::uint32_t slot = 0; slot < 4; ++slot) {
+      busy = busy || sched.prompt_cache().slot_busy(1, slot);
+    }
+    return busy;
+  };
+  Scheduler s(10);
+  s.add_model(kModel);
+  s.add_replica(1, kModel, 4);
+  grant(s, 1);
+  EXPECT_FALSE(any_busy(s));
+  s.release(1);
+
+  RoutingOptions o;
+  o.policy = RoutingPolicy::expected_finish;
+  Scheduler ef(10, o);
+  ef.add_model(kModel);
+  ef.add_replica(1, kModel, 4);
+  grant(ef, 1);
+  EXPECT_TRUE(any_busy(ef));
+  ef.release(1);
+  EXPECT_FALSE(any_busy(ef));
+}
+
 TEST(SchedulerModels, AddReplicaToUnknownModelIsIgnored) {
   Scheduler s(10);
   EXPECT_TRUE(s.add_replica(1, kModel, 2).empty());

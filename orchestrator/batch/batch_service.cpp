@@ -390,8 +390,14 @@ asio::awaitable<void> BatchService::run_line(BatchRecord batch, storage::Line li
       log::error("batch result not recorded (the line runs again)", {{"error", e.what()}});
     }
   };
-  auto inspected = openai::inspect_request(route ? route->api : openai::Api::openai,
-                                           "application/json", line.body);
+  // As for interactive requests (client_session): under expected_finish the same pass gives the
+  // prompt's blocks, so batch lines that share instructions go where those are cached.
+  const bool want_blocks =
+      ctx_->broker->scheduler().options().policy == scheduling::RoutingPolicy::expected_finish;
+  openai::PromptBlocks blocks;
+  auto inspected =
+      openai::inspect_request(route ? route->api : openai::Api::openai, "application/json",
+                              line.body, want_blocks ? &blocks : nullptr, ctx_->prompt_key);
   if (route == nullptr || std::holds_alternative<openai::InspectError>(inspected)) {
     record(false, error_line(result_id, line.custom_id, "invalid_request",
                              route ? std::get<openai::InspectError>(inspected).message
@@ -432,6 +438,11 @@ asio::awaitable<void> BatchService::run_line(BatchRecord batch, storage::Line li
     sreq.sheddable = false;
     sreq.tenant = batch.owner;
     sreq.group = batch.id;
+    if (want_blocks) {
+      sreq.prompt_blocks = blocks.hashes;  // copied: a retry sends the same prompt
+      sreq.prompt_bytes = blocks.bytes;
+      sreq.max_tokens = info.max_tokens;
+    }
     const auto window = std::chrono::milliseconds(std::max<UnixMs>(batch.expires_at - now_ms(), 1));
     auto acquired = co_await ctx_->broker->acquire(info.model, std::move(sreq),
                                                    std::min<Clock::duration>(left, window));

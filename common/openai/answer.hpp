@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -49,5 +50,9 @@ std::optional<ErrorInfo> read_error(std::string_view body);
 // The text of the value of member name of the top-level object of json, if it has one. One pass,
 // no allocation, no recursion; a member name is matched as written (escapes are not decoded).
 std::optional<std::string_view> top_level_member(std::string_view json, std::string_view name);
+// The same for several names in one pass: out[i] gets the value of names[i] (the first of
+// repeated keys), unset when absent or when the text is malformed before it.
+void top_level_members(std::string_view json, std::span<const std::string_view> names,
+                       std::span<std::optional<std::string_view>> out);
 
 }  // namespace fg::openai

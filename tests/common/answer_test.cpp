@@ -26,6 +26,24 @@ TEST(TopLevelMember, ScalarsAndStringsWithBrackets) {
   EXPECT_EQ(top_level_member(doc, "f").value_or(""), "true");
 }
 
+TEST(TopLevelMember, SeveralNamesInOnePassAsEachAlone) {
+  const std::string_view docs[] = {
+      R"({"id":"x","usage":{"prompt_tokens":7},"timings":{"prompt_n":3},"usage":{"a":1}})",
+      R"({"timings":{"prompt_n":3},"id":"x"})",
+      R"({"usage":{"prompt_tokens":7},"bad" 1,"timings":{}})",
+      R"({"id":"x"})",
+      "",
+  };
+  const std::string_view names[] = {"usage", "timings", "id"};
+  for (std::string_view doc : docs) {
+    std::optional<std::string_view> found[3];
+    top_level_members(doc, names, found);
+    for (std::size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(found[i], top_level_member(doc, names[i])) << doc << " " << names[i];
+    }
+  }
+}
+
 TEST(TopLevelMember, MalformedOrUnfinishedIsNothing) {
   for (std::string_view bad : {"", "[]", "\"usage\"", "{\"usage\"", "{\"usage\":", "{\"usage\":{",
                                "{\"a\" 1,\"usage\":{}}", "{\"a\":\"open, \"usage\":{}"}) {

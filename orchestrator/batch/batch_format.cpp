@@ -111,6 +111,161 @@ std::variant<std::vector<MultipartPart>, std::string> parse_multipart(std::strin
   }
 }
 
+MultipartBoundary multipart_boundary(std::string_view content_type) {
+  if (lower(trim(content_type.substr(0, content_type.find(';')))) != "multipart/form-data") {
+    return {std::nullopt, "expected Content-Type multipart/form-data"};
+  }
+  auto boundary = header_param(content_type, "boundary");
+  if (!boundary || boundary->empty() || boundary->size() > 200) {
+    return {std::nullopt, "the multipart Content-Type has no boundary"};
+  }
+  return {boundary, ""};
+}
+
+MultipartStream::MultipartStream(std::string boundary, Handler handler)
+    : delimiter_("\r\n--" + boundary), handler_(std::move(handler)) {
+  buf_ = "\r\n";  // the first delimiter has no line break before it: give it one
+}
+
+std::optional<std::string> MultipartStream::feed(std::string_view piece) {
+  if (state_ == State::failed) {
+    return std::string("the multipart body was already refused");
+  }
+  if (state_ == State::done) {
+    return std::nullopt;  // the epilogue after the closing delimiter is ignored
+  }
+  buf_.append(piece);
+  for (;;) {
+    bool progressed = false;
+    if (auto problem = step(progressed)) {
+      state_ = State::failed;
+      buf_.clear();
+      return problem;
+    }
+    if (!progressed || state_ == State::done) {
+      if (state_ == State::done) {
+        buf_.clear();
+      }
+      return std::nullopt;
+    }
+  }
+}
+
+std::optional<std::string> MultipartStream::step(bool& progressed) {
+  // Bytes at the end of buf_ that may begin a delimiter and must wait for more input.
+  const std::size_t keep = delimiter_.size() - 1;
+  switch (state_) {
+    case State::preamble: {
+      std::size_t at = buf_.find(delimiter_);
+      if (at == std::string::npos) {
+        if (buf_.size() > keep) {
+          buf_.erase(0, buf_.size() - keep);
+        }
+        return std::nullopt;
+      }
+      buf_.erase(0, at + delimiter_.size());
+      state_ = State::after_delimiter;
+      progressed = true;
+      return std::nullopt;
+    }
+    case State::after_delimiter: {
+      if (buf_.size() < 2) {
+        return std::nullopt;
+      }
+      if (buf_.compare(0, 2, "--") == 0) {
+        if (parts_ == 0) {
+          return std::string("the multipart body has no part");
+        }
+        state_ = State::done;
+      } else if (buf_.compare(0, 2, "\r\n") == 0) {
+        buf_.erase(0, 2);
+        state_ = State::headers;
+      } else {
+        return std::string("malformed multipart delimiter line");
+      }
+      progressed = true;
+      return std::nullopt;
+    }
+    case State::headers: {
+      std::size_t head_end = buf_.find("\r\n\r\n");
+      if (head_end == std::string::npos) {
+        if (buf_.size() > kMaxHeaderBytes) {
+          return std::string("a multipart part has no header end");
+        }
+        return std::nullopt;
+      }
+      std::string_view head(buf_.data(), head_end);
+      bool has_disposition = false;
+      std::string name, filename;
+      while (!head.empty()) {
+        std::size_t eol = head.find("\r\n");
+        std::string_view line = head.substr(0, eol);
+        head = eol == std::string_view::npos ? std::string_view() : head.substr(eol + 2);
+        std::size_t colon = line.find(':');
+        if (colon == std::string_view::npos) {
+          continue;
+        }
+        if (lower(trim(line.substr(0, colon))) == "content-disposition") {
+          std::string_view value = line.substr(colon + 1);
+          has_disposition = true;
+          name = header_param(value, "name").value_or("");
+          filename = header_param(value, "filename").value_or("");
+        }
+      }
+      if (!has_disposition) {
+        return std::string("a multipart part has no Content-Disposition");
+      }
+      buf_.erase(0, head_end + 4);
+      ++parts_;
+      if (handler_.on_part) {
+        handler_.on_part(name, filename);
+      }
+      state_ = State::data;
+      progressed = true;
+      return std::nullopt;
+    }
+    case State::data: {
+      std::size_t at = buf_.find(delimiter_);
+      if (at == std::string::npos) {
+        if (buf_.size() > keep) {
+          if (handler_.on_data) {
+            handler_.on_data(std::string_view(buf_.data(), buf_.size() - keep));
+          }
+          buf_.erase(0, buf_.size() - keep);
+        }
+        return std::nullopt;
+      }
+      if (at > 0 && handler_.on_data) {
+        handler_.on_data(std::string_view(buf_.data(), at));
+      }
+      if (handler_.on_part_end) {
+        handler_.on_part_end();
+      }
+      buf_.erase(0, at + delimiter_.size());
+      state_ = State::after_delimiter;
+      progressed = true;
+      return std::nullopt;
+    }
+    case State::done:
+    case State::failed:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> MultipartStream::finish() const {
+  switch (state_) {
+    case State::done:
+      return std::nullopt;
+    case State::preamble:
+      return std::string("the multipart body has no part");
+    case State::headers:
+      return std::string("a multipart part has no header end");
+    default:
+      return std::string("the multipart body ends before its closing boundary");
+  }
+}
+
 std::vector<std::string> LineSplitter::feed(std::string_view piece) {
   std::vector<std::string> lines;
   for (;;) {

@@ -31,6 +31,42 @@ struct MultipartPart {
 std::variant<std::vector<MultipartPart>, std::string> parse_multipart(std::string_view content_type,
                                                                       std::string_view body);
 
+// The boundary of a multipart/form-data Content-Type; when there is none, `error` says why (for a
+// 400).
+struct MultipartBoundary {
+  std::optional<std::string> boundary;
+  std::string error;
+};
+MultipartBoundary multipart_boundary(std::string_view content_type);
+
+// A multipart/form-data body parsed as it arrives, in pieces cut anywhere, with bounded memory:
+// it holds at most one part's headers (up to kMaxHeaderBytes) and the last few bytes of data that
+// could be the start of the next delimiter. The data of each part goes to on_data in pieces.
+class MultipartStream {
+ public:
+  static constexpr std::size_t kMaxHeaderBytes = 16 * 1024;
+  struct Handler {
+    std::function<void(const std::string& name, const std::string& filename)> on_part;
+    std::function<void(std::string_view piece)> on_data;  // of the part last begun
+    std::function<void()> on_part_end;
+  };
+  MultipartStream(std::string boundary, Handler handler);
+  // Consumes `piece`; an error message when the body is malformed (feed no more then).
+  std::optional<std::string> feed(std::string_view piece);
+  // At the end of the body: an error message when it ended before its closing delimiter.
+  std::optional<std::string> finish() const;
+  bool done() const { return state_ == State::done; }
+
+ private:
+  enum class State { preamble, after_delimiter, headers, data, done, failed };
+  std::optional<std::string> step(bool& progressed);
+  std::string delimiter_;  // "\r\n--" + boundary
+  Handler handler_;
+  State state_ = State::preamble;
+  std::string buf_;
+  std::size_t parts_ = 0;
+};
+
 // ---- input lines ----
 
 // Cuts a byte stream into lines (LF, an optional CR before it dropped), fed in any pieces.

@@ -1,5 +1,7 @@
 #include "orchestrator/batch/batch_format.hpp"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 namespace fg::batch {
@@ -27,6 +29,126 @@ TEST(Multipart, RefusesWhatIsNotMultipartOrIsCutShort) {
   EXPECT_TRUE(std::holds_alternative<std::string>(
       parse_multipart("multipart/form-data; boundary=\"b\"",
                       "--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nno end")));
+}
+
+struct StreamedPart {
+  std::string name, filename, data;
+  bool ended = false;
+};
+
+// Feeds `body` to a MultipartStream in the given pieces; the parts, or the first error.
+std::variant<std::vector<StreamedPart>, std::string> stream_parts(
+    const std::string& boundary, const std::vector<std::string_view>& pieces) {
+  std::vector<StreamedPart> parts;
+  MultipartStream stream(boundary, {[&](const std::string& n, const std::string& f) {
+                                      parts.push_back({n, f, "", false});
+                                    },
+                                    [&](std::string_view d) { parts.back().data.append(d); },
+                                    [&] { parts.back().ended = true; }});
+  for (auto piece : pieces) {
+    if (auto problem = stream.feed(piece)) {
+      return *problem;
+    }
+  }
+  if (auto problem = stream.finish()) {
+    return *problem;
+  }
+  return parts;
+}
+
+// A preamble, two parts and an epilogue; the file's data holds every proper prefix of the
+// delimiter "\r\n--XyZ", which must pass through as data.
+const std::string kStreamBody =
+    "preamble\r\n--XyZ\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n"
+    "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n"
+    "Content-Type: application/jsonl\r\n\r\n{\"a\":1}\r\n-\r\n--\r\n--X\r\n--Xy{\"b\":2}\n"
+    "\r\n--XyZ--\r\nepilogue";
+
+void expect_stream_parts(const std::variant<std::vector<StreamedPart>, std::string>& got,
+                         const std::string& where) {
+  ASSERT_TRUE(std::holds_alternative<std::vector<StreamedPart>>(got))
+      << where << ": " << std::get<std::string>(got);
+  const auto& parts = std::get<std::vector<StreamedPart>>(got);
+  ASSERT_EQ(parts.size(), 2u) << where;
+  EXPECT_EQ(parts[0].name, "purpose") << where;
+  EXPECT_EQ(parts[0].data, "batch") << where;
+  EXPECT_TRUE(parts[0].ended) << where;
+  EXPECT_EQ(parts[1].name, "file") << where;
+  EXPECT_EQ(parts[1].filename, "in.jsonl") << where;
+  EXPECT_EQ(parts[1].data, "{\"a\":1}\r\n-\r\n--\r\n--X\r\n--Xy{\"b\":2}\n") << where;
+  EXPECT_TRUE(parts[1].ended) << where;
+}
+
+TEST(MultipartStream, GivesTheSamePartsWhereverTheBodyIsCut) {
+  const std::string_view body(kStreamBody);
+  expect_stream_parts(stream_parts("XyZ", {body}), "whole");
+  for (std::size_t i = 0; i <= body.size(); ++i) {
+    expect_stream_parts(stream_parts("XyZ", {body.substr(0, i), body.substr(i)}),
+                        "cut at " + std::to_string(i));
+    if (HasFailure()) {
+      return;
+    }
+  }
+  std::vector<std::string_view> bytes;
+  for (std::size_t i = 0; i < body.size(); ++i) {
+    bytes.push_back(body.substr(i, 1));
+  }
+  expect_stream_parts(stream_parts("XyZ", bytes), "byte by byte");
+}
+
+TEST(MultipartStream, AgreesWithTheWholeBodyParser) {
+  std::string body =
+      "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x.jsonl\"\r\n\r\n" +
+      std::string(5000, 'q') + "\r\n--b--\r\n";
+  auto whole = parse_multipart("multipart/form-data; boundary=b", body);
+  ASSERT_TRUE(std::holds_alternative<std::vector<MultipartPart>>(whole));
+  auto streamed = stream_parts(
+      "b", {std::string_view(body).substr(0, 2500), std::string_view(body).substr(2500)});
+  ASSERT_TRUE(std::holds_alternative<std::vector<StreamedPart>>(streamed));
+  ASSERT_EQ(std::get<std::vector<StreamedPart>>(streamed).size(), 1u);
+  EXPECT_EQ(std::get<std::vector<StreamedPart>>(streamed)[0].data,
+            std::get<std::vector<MultipartPart>>(whole)[0].data);
+}
+
+TEST(MultipartStream, HoldsOnlyADelimitersWorthOfData) {
+  std::size_t largest_piece = 0, total = 0;
+  MultipartStream stream("b", {nullptr,
+                               [&](std::string_view d) {
+                                 largest_piece = std::max(largest_piece, d.size());
+                                 total += d.size();
+                               },
+                               nullptr});
+  ASSERT_FALSE(stream.feed("--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\n"));
+  const std::string megabyte(1 << 20, 'z');
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_FALSE(stream.feed(megabyte));
+    // All but the last few bytes (that could start "\r\n--b") were handed on already.
+    EXPECT_GE(total + 4, static_cast<std::size_t>(i + 1) << 20);
+  }
+  EXPECT_LE(largest_piece, (1u << 20) + 4);
+  ASSERT_FALSE(stream.feed("\r\n--b--"));
+  EXPECT_FALSE(stream.finish());
+  EXPECT_EQ(total, 8u << 20);
+}
+
+TEST(MultipartStream, RefusesMalformedOrCutShortBodies) {
+  auto error = [](const std::string& body) {
+    auto got = stream_parts("b", {body});
+    return std::holds_alternative<std::string>(got);
+  };
+  EXPECT_TRUE(error(""));
+  EXPECT_TRUE(error("no delimiter at all"));
+  EXPECT_TRUE(error("--b--"));  // no part
+  EXPECT_TRUE(error("--bX\r\n"));
+  EXPECT_TRUE(error("--b\r\nContent-Type: text/plain\r\n\r\nx\r\n--b--"));  // no disposition
+  EXPECT_TRUE(error("--b\r\nContent-Disposition: form-data; name=\"f\"\r\n"));
+  EXPECT_TRUE(error("--b\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nno end"));
+  EXPECT_TRUE(error("--b\r\n" + std::string(MultipartStream::kMaxHeaderBytes + 10, 'h')));
+  EXPECT_FALSE(error("--b\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nx\r\n--b--"));
+  EXPECT_FALSE(multipart_boundary("application/json").boundary);
+  EXPECT_FALSE(multipart_boundary("multipart/form-data").boundary);
+  EXPECT_FALSE(multipart_boundary("multipart/form-data").error.empty());
+  EXPECT_EQ(multipart_boundary("multipart/form-data; boundary=\"q r\"").boundary, "q r");
 }
 
 TEST(LineSplitter, JoinsPiecesAndDropsCarriageReturns) {

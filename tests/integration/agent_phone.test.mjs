@@ -313,8 +313,13 @@ describe('acurast tunnel', () => {
       await eventually(() => bridge.tunnel.starts === 2 && bridge.tunnel.up, { timeoutMs: 5000, what: 'tunnel re-opened' });
       // Today the agent only logs the change and keeps heartbeating the old URL.
       await eventually(() => gw.of('register').some((c) => c.body.url === moved), { timeoutMs: 5000, what: 'registered again with the new URL' });
+      // The old URL is gone with the old tunnel: its registration is ended first, and the new URL
+      // registers as a new replica (which the gateway challenges before routing to it).
       const again = gw.of('register').find((c) => c.body.url === moved);
-      assert.equal(again.secret, gw.secret, 'the update of its own registration carries the secret');
+      const dereg = gw.of('deregister')[0];
+      assert.ok(dereg && dereg.at <= again.at, 'the old registration ended before the new one');
+      assert.equal(dereg.secret, gw.secret);
+      assert.equal(again.body.deployment_id, 'dep-new-url');
     } finally {
       stopAgent(agent);
       await gw.close();

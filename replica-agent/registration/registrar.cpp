@@ -115,6 +115,7 @@ void Registrar::forget_registration() {
 
 asio::awaitable<bool> Registrar::register_once(Registrar* self) {
   const auto slots = static_cast<std::uint32_t>(self->ctx_->admission.total());
+  const std::string url = self->ctx_->public_url;
   std::string body = self->registration_body();
   std::string path = "/admin/v1/replicas/register";
   // An update of the registration this agent holds (same id) needs its secret.
@@ -135,6 +136,7 @@ asio::awaitable<bool> Registrar::register_once(Registrar* self) {
         }
       }
       self->registered_slots_ = slots;
+      self->registered_url_ = url;
       if (auto s = doc.find("heartbeat_interval_s"); s != doc.end() && s->is_number()) {
         auto ms = std::chrono::milliseconds(static_cast<std::int64_t>(s->get<double>() * 1000));
         self->interval_ = std::max(ms, kMinInterval);
@@ -190,6 +192,24 @@ asio::awaitable<void> Registrar::loop(Registrar* self) {
       if (!co_await register_once(self)) {
         ++self->failures_;
       }
+      continue;
+    }
+    if (self->ctx_->public_url != self->registered_url_) {
+      // The tunnel came back with another URL. The old one died with the old tunnel: end its
+      // registration, then register the new URL afresh (the gateway looks replicas up by URL, so
+      // it is a new replica, challenged before it gets traffic).
+      log::info("the public URL changed: registering again",
+                {{"was", self->registered_url_}, {"url", self->ctx_->public_url}});
+      std::string old_path = "/admin/v1/replicas/" + self->id_ + "/deregister";
+      std::string no_body;
+      auto r =
+          co_await http_call(self->gateway_, "POST", old_path, self->token_, no_body,
+                             self->ctx_->client_tls.get(), kDeregisterTimeout, self->identity());
+      if (!(r.answered && (r.status == 200 || r.status == 202 || r.status == 404))) {
+        log::warn("deregistration of the old URL failed; it ends when it misses its heartbeats",
+                  {{"id", self->id_}, {"error", describe(r)}});
+      }
+      self->forget_registration();
       continue;
     }
     std::string path = "/admin/v1/replicas/" + self->id_ + "/heartbeat";

@@ -53,6 +53,9 @@ class Registrar {
   std::string id_;      // "" = not registered
   std::string secret_;  // the registration's secret ("" with a gateway that sends none)
   std::uint32_t registered_slots_ = 0;
+  // The URL of the last successful registration. A tunnel re-opened with another URL ends that
+  // registration and registers the new URL, which the gateway challenges before routing to it.
+  std::string registered_url_;
   std::chrono::milliseconds interval_{10'000};
   std::uint32_t failures_ = 0;
   std::mt19937_64 rng_;

@@ -292,6 +292,41 @@ describe('acurast tunnel', () => {
     }
   });
 
+  test('a tunnel re-opened with a NEW URL registers again with that URL (the gateway then challenges it)', async () => {
+    const key = makeTunnelKey();
+    // The first open gives the agent's address as 127.0.0.1, every later one as localhost: a
+    // different URL that still reaches the agent.
+    let opens = 0;
+    const bridge = await startFakeBridge({
+      deploymentId: 'dep-new-url',
+      urlFor: (p) => (opens++ === 0 ? `http://${p.localAddr}` : `http://${p.localAddr.replace('127.0.0.1', 'localhost')}`),
+    });
+    const gw = await startFakeGateway();
+    const agent = await startAgent([...baseArgs, ...gatewayArgs(gw), '--tunnel', 'acurast', '--tunnel-key-env', 'FG_TUNNEL_KEY',
+      '--tunnel-poll-interval', '200ms'],
+    { env: { FG_PHONE_TOKEN: TOKEN, FG_TUNNEL_KEY: key, BRIDGE_SOCKET: bridge.name } });
+    try {
+      await eventually(() => gw.of('register').length > 0, { timeoutMs: 10000, what: 'registration' });
+      assert.equal(gw.of('register')[0].body.url, `http://${agent.line.address}`);
+      bridge.dropTunnel();
+      const moved = `http://${agent.line.address.replace('127.0.0.1', 'localhost')}`;
+      await eventually(() => bridge.tunnel.starts === 2 && bridge.tunnel.up, { timeoutMs: 5000, what: 'tunnel re-opened' });
+      // Today the agent only logs the change and keeps heartbeating the old URL.
+      await eventually(() => gw.of('register').some((c) => c.body.url === moved), { timeoutMs: 5000, what: 'registered again with the new URL' });
+      // The old URL is gone with the old tunnel: its registration is ended first, and the new URL
+      // registers as a new replica (which the gateway challenges before routing to it).
+      const again = gw.of('register').find((c) => c.body.url === moved);
+      const dereg = gw.of('deregister')[0];
+      assert.ok(dereg && dereg.at <= again.at, 'the old registration ended before the new one');
+      assert.equal(dereg.secret, gw.secret);
+      assert.equal(again.body.deployment_id, 'dep-new-url');
+    } finally {
+      stopAgent(agent);
+      await gw.close();
+      await bridge.close();
+    }
+  });
+
   test('a bridge bound to the exact abstract name (not padded as Node binds it) is reached too', async () => {
     // A Python bridge: socket.bind("\0name") uses the name's exact length.
     const name = `fleetgate-exact-${process.pid}-${crypto.randomBytes(4).toString('hex')}`;

@@ -183,8 +183,11 @@ void SpeedModel::learn(ReplicaId id, const SpeedSample& sample) {
     if (t.prompt_n >= min_prefill && t.prompt_ms > 0) {
       prefill = t.prompt_ms / 1000.0 / t.prompt_n;
     }
-    if (t.predicted_n >= min_decode && t.predicted_ms > 0) {
-      decode = t.predicted_ms / 1000.0 / t.predicted_n;
+    // llama-server's predicted_ms runs from the first token (which ends prefill) to the last, so
+    // it covers predicted_n - 1 decode steps (server_slot_stats::n_gen_steps); its own
+    // predicted_per_second divides by the same. The agent's sim reports it the same way.
+    if (t.predicted_n >= std::max(min_decode, 2.0) && t.predicted_ms > 0) {
+      decode = t.predicted_ms / 1000.0 / (t.predicted_n - 1);
     }
   } else if (sample.first_token_seconds) {
     // The first token ends prefill; the others are decode intervals.

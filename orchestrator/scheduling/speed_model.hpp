@@ -26,7 +26,7 @@ struct Timings {
   double prompt_n = 0;              // prompt tokens evaluated: the uncached part
   double prompt_ms = 0;             // time it took
   double predicted_n = 0;           // tokens generated
-  double predicted_ms = 0;          // time it took
+  double predicted_ms = 0;          // first token to last: predicted_n - 1 decode steps
   std::optional<double> cache_n{};  // prompt tokens reused from the cache
 };
 

@@ -167,7 +167,10 @@ class Simulation {
     job.cached = job.prefix != 0 && truth.holds == job.prefix ? w.prefix_tokens : 0.0;
     job.uncached = prompt - job.cached;
     job.prefill_seconds = job.uncached / speed.prefill_tps * jitter();
-    job.decode_seconds = w.answer_tokens / speed.decode_tps * jitter();
+    // As in llama-server: the first token comes with the end of prefill, each later one a decode
+    // step after it, and predicted_ms (reported below) covers those answer_tokens - 1 steps.
+    const double steps = w.answer_tokens > 0 ? static_cast<double>(w.answer_tokens) - 1 : 0.0;
+    job.decode_seconds = steps / speed.decode_tps * jitter();
     truth.holds = job.prefix == 0 ? std::nullopt : std::optional(job.prefix);
     push({.t = now_ + job.prefill_seconds + job.decode_seconds, .kind = Event::done, .id = id});
   }

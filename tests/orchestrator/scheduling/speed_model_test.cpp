@@ -110,12 +110,12 @@ TEST(SpeedModel, StartsAtTheConfiguredDefault) {
 TEST(SpeedModel, FirstTimingsReplaceTheDefaultThenAverage) {
   SpeedModel s(options());
   s.add_replica(kPhone, "m");
-  // 2,000 tokens read in 20 s (100 tok/s), 8 generated in 0.4 s (20 tok/s).
+  // 2,000 tokens read in 20 s (100 tok/s), 9 generated: 8 decode steps in 0.4 s (20 tok/s).
   s.learn(kPhone,
           {.uncached_tokens = 2000,
-           .answer_tokens = 8,
+           .answer_tokens = 9,
            .timings =
-               Timings{.prompt_n = 2000, .prompt_ms = 20000, .predicted_n = 8, .predicted_ms = 400},
+               Timings{.prompt_n = 2000, .prompt_ms = 20000, .predicted_n = 9, .predicted_ms = 400},
            .duration_seconds = 25});
   SpeedSnapshot snap = s.snapshot(kPhone);
   EXPECT_DOUBLE_EQ(snap.prefill_tps, 100);
@@ -125,9 +125,28 @@ TEST(SpeedModel, FirstTimingsReplaceTheDefaultThenAverage) {
   // Next: 50 tok/s (0.02 s/token). Weight 0.5 on seconds per token: (0.01 + 0.02) / 2.
   s.learn(kPhone,
           {.timings = Timings{
-               .prompt_n = 1000, .prompt_ms = 20000, .predicted_n = 8, .predicted_ms = 400}});
+               .prompt_n = 1000, .prompt_ms = 20000, .predicted_n = 9, .predicted_ms = 400}});
   EXPECT_DOUBLE_EQ(s.prefill_seconds_per_token(kPhone), 0.015);
   EXPECT_DOUBLE_EQ(s.decode_seconds_per_token(kPhone), 0.05);
+}
+
+// llama-server (tools/server/server-common.h, server_slot_stats): predicted_ms runs from the
+// first token (which ends prefill, t_prompt_last) to the last one, so it covers predicted_n - 1
+// decode steps; its own predicted_per_second divides by n_gen_steps() = predicted_n - 1.
+TEST(SpeedModel, DecodeTimeCoversOneStepFewerThanTokens) {
+  SpeedModel s(options());
+  s.add_replica(kPhone, "m");
+  // 5 tokens in 800 ms: 4 steps of 200 ms (5 tok/s), not 5 of 160 ms.
+  s.learn(kPhone,
+          {.timings = Timings{
+               .prompt_n = 1000, .prompt_ms = 10000, .predicted_n = 5, .predicted_ms = 800}});
+  EXPECT_DOUBLE_EQ(s.decode_seconds_per_token(kPhone), 0.2);
+  // One token is all prefill: its predicted_ms (clamped to 1 us by llama-server) times no step.
+  s.add_replica(8, "m");
+  s.learn(8, {.timings = Timings{
+                  .prompt_n = 1000, .prompt_ms = 10000, .predicted_n = 1, .predicted_ms = 0.001}});
+  EXPECT_DOUBLE_EQ(s.decode_seconds_per_token(8), 0.1);  // still the default
+  EXPECT_EQ(s.snapshot(8).decode_samples, 0u);
 }
 
 TEST(SpeedModel, TinySamplesTeachNothing) {

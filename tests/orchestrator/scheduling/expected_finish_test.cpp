@@ -475,7 +475,9 @@ TEST(Learning, SpeedsAndCacheFromWhatThePhoneReported) {
   EXPECT_TRUE(s.complete(1, at_seconds(71), first).empty());
   ASSERT_TRUE(s.speeds(1));
   EXPECT_DOUBLE_EQ(s.speeds(1)->prefill_tps, 100);
-  EXPECT_DOUBLE_EQ(s.speeds(1)->decode_tps, 20);
+  // predicted_ms covers predicted_n - 1 decode steps (llama-server: the first token comes with
+  // the prompt): 7 / 0.4 s.
+  EXPECT_DOUBLE_EQ(s.speeds(1)->decode_tps, 17.5);
   EXPECT_EQ(s.speeds(1)->source, SpeedSnapshot::Source::learned);
   EXPECT_DOUBLE_EQ(s.speed_model().answer_tokens(kModel, std::nullopt), 8);
   // The same instructions again: the gateway expects 156 blocks (4,992 tokens) cached.

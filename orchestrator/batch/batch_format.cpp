@@ -49,6 +49,28 @@ std::optional<std::string> header_param(std::string_view value, std::string_view
   return std::nullopt;
 }
 
+// A part's header block (the lines before its blank line): the name and filename of its
+// Content-Disposition; false when it has none. Shared by the whole-body and streaming parsers.
+bool read_part_head(std::string_view head, std::string* name, std::string* filename) {
+  bool has_disposition = false;
+  while (!head.empty()) {
+    std::size_t eol = head.find("\r\n");
+    std::string_view line = head.substr(0, eol);
+    head = eol == std::string_view::npos ? std::string_view() : head.substr(eol + 2);
+    std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos) {
+      continue;
+    }
+    if (lower(trim(line.substr(0, colon))) == "content-disposition") {
+      std::string_view value = line.substr(colon + 1);
+      has_disposition = true;
+      *name = header_param(value, "name").value_or("");
+      *filename = header_param(value, "filename").value_or("");
+    }
+  }
+  return has_disposition;
+}
+
 }  // namespace
 
 std::variant<std::vector<MultipartPart>, std::string> parse_multipart(std::string_view content_type,
@@ -80,23 +102,8 @@ std::variant<std::vector<MultipartPart>, std::string> parse_multipart(std::strin
       return std::string("a multipart part has no header end");
     }
     MultipartPart part;
-    std::string_view head = body.substr(pos, head_end - pos);
-    bool has_disposition = false;
-    while (!head.empty()) {
-      std::size_t eol = head.find("\r\n");
-      std::string_view line = head.substr(0, eol);
-      head = eol == std::string_view::npos ? std::string_view() : head.substr(eol + 2);
-      std::size_t colon = line.find(':');
-      if (colon == std::string_view::npos) {
-        continue;
-      }
-      if (lower(trim(line.substr(0, colon))) == "content-disposition") {
-        std::string_view value = line.substr(colon + 1);
-        has_disposition = true;
-        part.name = header_param(value, "name").value_or("");
-        part.filename = header_param(value, "filename").value_or("");
-      }
-    }
+    const bool has_disposition =
+        read_part_head(body.substr(pos, head_end - pos), &part.name, &part.filename);
     if (!has_disposition) {
       return std::string("a multipart part has no Content-Disposition");
     }
@@ -194,24 +201,9 @@ std::optional<std::string> MultipartStream::step(bool& progressed) {
         }
         return std::nullopt;
       }
-      std::string_view head(buf_.data(), head_end);
-      bool has_disposition = false;
       std::string name, filename;
-      while (!head.empty()) {
-        std::size_t eol = head.find("\r\n");
-        std::string_view line = head.substr(0, eol);
-        head = eol == std::string_view::npos ? std::string_view() : head.substr(eol + 2);
-        std::size_t colon = line.find(':');
-        if (colon == std::string_view::npos) {
-          continue;
-        }
-        if (lower(trim(line.substr(0, colon))) == "content-disposition") {
-          std::string_view value = line.substr(colon + 1);
-          has_disposition = true;
-          name = header_param(value, "name").value_or("");
-          filename = header_param(value, "filename").value_or("");
-        }
-      }
+      const bool has_disposition =
+          read_part_head(std::string_view(buf_.data(), head_end), &name, &filename);
       if (!has_disposition) {
         return std::string("a multipart part has no Content-Disposition");
       }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -92,6 +93,11 @@ std::optional<InspectError> stateful_refusal(const nlohmann::json& doc) {
   }
   return std::nullopt;
 }
+
+// The answer's token limit, in the order RequestInfo::max_tokens takes them: the first that is
+// an unsigned integer.
+constexpr std::string_view kTokenLimitKeys[] = {"max_completion_tokens", "max_tokens",
+                                                "max_output_tokens"};
 
 // ---- the one-pass scan ----
 //
@@ -799,17 +805,12 @@ class Scanner {
     return true;
   }
 
-  // 0, 1, 2 for "max_completion_tokens", "max_tokens", "max_output_tokens" (the order in which
-  // RequestInfo::max_tokens takes them); -1 for any other key.
+  // The index of key in kTokenLimitKeys; -1 for any other key.
   static int token_limit_index(std::string_view key) {
-    if (key == "max_completion_tokens") {
-      return 0;
-    }
-    if (key == "max_tokens") {
-      return 1;
-    }
-    if (key == "max_output_tokens") {
-      return 2;
+    for (std::size_t i = 0; i < std::size(kTokenLimitKeys); ++i) {
+      if (key == kTokenLimitKeys[i]) {
+        return static_cast<int>(i);
+      }
     }
     return -1;
   }
@@ -865,8 +866,8 @@ class Scanner {
   bool options_null_ = false;
   bool has_usage_member_ = false;
   bool top_has_members_ = false;
-  bool seen_limit_[3] = {false, false, false};
-  std::optional<std::uint64_t> limit_[3];
+  bool seen_limit_[std::size(kTokenLimitKeys)] = {};
+  std::optional<std::uint64_t> limit_[std::size(kTokenLimitKeys)];
   bool options_has_members_ = false;
   std::uint32_t top_close_ = 0;
   std::uint32_t options_at_ = 0;
@@ -974,7 +975,7 @@ std::variant<RequestInfo, InspectError> inspect_request_dom(Api api, std::string
       info.include_usage = usage->get<bool>();
     }
   }
-  for (const char* key : {"max_completion_tokens", "max_tokens", "max_output_tokens"}) {
+  for (std::string_view key : kTokenLimitKeys) {
     const auto it = doc.find(key);
     if (it != doc.end() && it->is_number_unsigned()) {
       info.max_tokens =

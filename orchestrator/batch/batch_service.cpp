@@ -392,8 +392,7 @@ asio::awaitable<void> BatchService::run_line(BatchRecord batch, storage::Line li
   };
   // As for interactive requests (client_session): under expected_finish the same pass gives the
   // prompt's blocks, so batch lines that share instructions go where those are cached.
-  const bool want_blocks =
-      ctx_->broker->scheduler().options().policy == scheduling::RoutingPolicy::expected_finish;
+  const bool want_blocks = ctx_->broker->scheduler().wants_prompt_blocks();
   openai::PromptBlocks blocks;
   auto inspected =
       openai::inspect_request(route ? route->api : openai::Api::openai, "application/json",

@@ -539,8 +539,7 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
   record.api = std::string(route->api_label);
   // expected_finish needs the prompt's blocks (its prompt-cache model): the same one pass over
   // the body finds them; least_loaded uses none, so the scan skips the hashing.
-  const bool want_blocks =
-      ctx->broker->scheduler().options().policy == scheduling::RoutingPolicy::expected_finish;
+  const bool want_blocks = ctx->broker->scheduler().wants_prompt_blocks();
   openai::PromptBlocks blocks;
   auto inspected =
       openai::inspect_request(route->api, (*request)[http::field::content_type], request->body(),

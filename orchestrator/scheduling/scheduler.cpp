@@ -794,8 +794,7 @@ Grant Scheduler::bind(Model& m, const Pick& pick) {
   b.prompt_tokens = e.prompt_tokens;
   // least_loaded reads nothing from the prompt-cache model; a request without blocks under it
   // is not placed there (a policy switched on by a reload starts from what the phones report).
-  b.cache_tracked =
-      options_.policy == RoutingPolicy::expected_finish || !w.request.prompt_blocks.empty();
+  b.cache_tracked = wants_prompt_blocks() || !w.request.prompt_blocks.empty();
   if (b.cache_tracked) {
     b.placement = cache_.on_send(id, w.request.prompt_blocks);
   }

@@ -91,6 +91,9 @@ class Scheduler {
   // Applies at once (a policy switch re-decides the queues); returns the grants that allows.
   std::vector<Grant> set_options(const RoutingOptions& options);
   const RoutingOptions& options() const { return options_; }
+  // Whether the policy reads requests' prompt blocks (expected_finish): callers hash a prompt
+  // only then, and the prompt-cache model places only requests that carry blocks otherwise.
+  bool wants_prompt_blocks() const { return options_.policy == RoutingPolicy::expected_finish; }
 
   // Models must exist before replicas or requests name them. Adding twice is a no-op.
   void add_model(const std::string& model);

@@ -200,16 +200,7 @@ asio::awaitable<void> Registrar::loop(Registrar* self) {
       // it is a new replica, challenged before it gets traffic).
       log::info("the public URL changed: registering again",
                 {{"was", self->registered_url_}, {"url", self->ctx_->public_url}});
-      std::string old_path = "/admin/v1/replicas/" + self->id_ + "/deregister";
-      std::string no_body;
-      auto r =
-          co_await http_call(self->gateway_, "POST", old_path, self->token_, no_body,
-                             self->ctx_->client_tls.get(), kDeregisterTimeout, self->identity());
-      if (!(r.answered && (r.status == 200 || r.status == 202 || r.status == 404))) {
-        log::warn("deregistration of the old URL failed; it ends when it misses its heartbeats",
-                  {{"id", self->id_}, {"error", describe(r)}});
-      }
-      self->forget_registration();
+      co_await deregister_once(self);  // when it fails, the old entry misses its heartbeats
       continue;
     }
     std::string path = "/admin/v1/replicas/" + self->id_ + "/heartbeat";
@@ -259,6 +250,11 @@ void Registrar::stop_and_deregister(std::function<void()> done) {
 }
 
 asio::awaitable<void> Registrar::deregister(Registrar* self, std::function<void()> done) {
+  co_await deregister_once(self);
+  done();
+}
+
+asio::awaitable<void> Registrar::deregister_once(Registrar* self) {
   std::string path = "/admin/v1/replicas/" + self->id_ + "/deregister";
   std::string no_body;
   auto r = co_await http_call(self->gateway_, "POST", path, self->token_, no_body,
@@ -269,7 +265,6 @@ asio::awaitable<void> Registrar::deregister(Registrar* self, std::function<void(
     log::warn("deregistration failed", {{"id", self->id_}, {"error", describe(r)}});
   }
   self->forget_registration();
-  done();
 }
 
 }  // namespace fg::agent

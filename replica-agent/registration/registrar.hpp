@@ -39,6 +39,8 @@ class Registrar {
  private:
   static boost::asio::awaitable<void> loop(Registrar* self);
   static boost::asio::awaitable<void> deregister(Registrar* self, std::function<void()> done);
+  // POST .../{id}/deregister once (a failure is logged), then forgets the registration.
+  static boost::asio::awaitable<void> deregister_once(Registrar* self);
   // One registration attempt; true when the gateway gave an id.
   static boost::asio::awaitable<bool> register_once(Registrar* self);
   std::string registration_body() const;

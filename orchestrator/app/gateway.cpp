@@ -328,11 +328,13 @@ void Gateway::begin_shutdown(int signal_number) {
   }
   shutting_down_ = true;
   const auto drain_timeout = configs_.current().server.drain_timeout;
+  // Close the public listener before saying so: whoever reads the log line (an operator, a
+  // test) may connect at once and must be refused, not queued in a backlog nobody accepts.
+  public_listener_->stop();
   log::info("shutting down: draining in-flight requests",
             {{"signal", signal_number},
              {"open_connections", sessions_.size()},
              {"drain_timeout_ms", drain_timeout.count()}});
-  public_listener_->stop();
   if (batch_) {
     batch_->stop();  // lines still running are run again by the next start
   }

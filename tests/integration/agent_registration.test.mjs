@@ -17,7 +17,7 @@ import { createInterface } from 'node:readline';
 
 import { REPO_ROOT, eventually, request, startGateway } from './lib/gateway.mjs';
 import { ADMIN_TOKEN, FAST_HEALTH, REGISTRATION_TOKEN, TOKEN_ENV, replicaByUrl, waitForState } from './lib/lifecycle_util.mjs';
-import { startAgent as launchAgent, stopAgent, freePort } from './lib/agent.mjs';
+import { startAgent as launchAgent, stopAgent, freePort, listenOutsideEphemeral } from './lib/agent.mjs';
 
 const AGENT_BIN = process.env.FLEETGATE_AGENT_BIN ?? path.join(REPO_ROOT, 'build/bin/fleetgate-agent');
 const MODEL = 'qwen3.5-test';
@@ -42,9 +42,15 @@ class FakeGateway {
     });
   }
 
+  // A port below the ephemeral range: the "gateway is down" test closes it and listens on it
+  // again, and meanwhile nothing else may be given it (lib/agent.mjs, listenOutsideEphemeral).
   async listen(port = 0) {
-    this.server.listen(port, '127.0.0.1');
-    await once(this.server, 'listening');
+    if (port === 0) {
+      await listenOutsideEphemeral(this.server);
+    } else {
+      this.server.listen(port, '127.0.0.1');
+      await once(this.server, 'listening');
+    }
     this.port = this.server.address().port;
     this.url = `http://127.0.0.1:${this.port}`;
   }

@@ -7,9 +7,9 @@
 
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 
+import { freePort } from './agent.mjs';
 import { REPO_ROOT, makeTempDir, removeDir, request, sleep } from './gateway.mjs';
 
 export const PROMETHEUS_BIN = process.env.PROMETHEUS_BIN || '/usr/bin/prometheus';
@@ -47,17 +47,8 @@ export function promtool(args, { input, cwd, timeoutMs = 20000 } = {}) {
   return { status: r.status, stdout: r.stdout, stderr: r.stderr, output: `${r.stdout}${r.stderr}` };
 }
 
-// A port on 127.0.0.1 that was free a moment ago (bind port 0, read it, close).
-export async function freePort() {
-  const server = net.createServer();
-  await new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', resolve);
-  });
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
+// A port on 127.0.0.1 that was free a moment ago, from below the ephemeral range.
+export { freePort };
 
 export class Prometheus {
   constructor(child, dir, url) {

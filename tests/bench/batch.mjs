@@ -80,11 +80,13 @@ async function api(gw, method, route, body) {
   return JSON.parse(textBody);
 }
 
-// Uploads a JSONL file from disk (streamed: fs.openAsBlob) and creates its batch.
+// Uploads a JSONL file from disk (streamed with fs.openAsBlob, Node >= 19.8; read whole before,
+// as Debian 12's Node 18 has no openAsBlob) and creates its batch.
 async function submit(gw, file) {
   const form = new FormData();
   form.append('purpose', 'batch');
-  form.append('file', await fs.openAsBlob(file), path.basename(file));
+  const blob = fs.openAsBlob ? await fs.openAsBlob(file) : new Blob([fs.readFileSync(file)]);
+  form.append('file', blob, path.basename(file));
   const res = await fetch(`${gw.url}/v1/files`, { method: 'POST', body: form });
   const uploaded = await res.json();
   if (!res.ok) throw new Error(`upload: ${res.status} ${JSON.stringify(uploaded).slice(0, 200)}`);

@@ -9,6 +9,7 @@
 //                the same tenant's p95 on the idle fleet just before.
 //   rss          a 100,000-line batch of tiny requests (fast-test phones, 8 x 8 slots): the
 //                gateway's peak RSS (VmHWM) from the upload to the last result.
+//                (FLEETGATE_BENCH_BATCH=throughput runs this part alone.)
 //   restart      a gateway killed with SIGKILL midway through a batch and started again on the
 //                same database: time from the new process's start to its first new result, on
 //                SQLite and (when its binaries are installed) PostgreSQL; every custom_id is
@@ -234,6 +235,20 @@ async function throughput(env, dir, rows) {
     if (done.status !== 'completed' || done.request_counts.completed !== L) {
       throw new Error(`throughput batch ended ${done.status} ${JSON.stringify(done.request_counts)}`);
     }
+    // Where the phones' time went: the share of prompt tokens they served from their cache, and
+    // how busy they were (their reported prompt + generation time, in wall ms as the agents run
+    // it, over phones x the batch's wall time).
+    const output = await (await fetch(`${gw.url}/v1/files/${done.output_file_id}/content`)).text();
+    let prompt = 0;
+    let cached = 0;
+    let busyMs = 0;
+    for (const l of output.split('\n')) {
+      if (!l) continue;
+      const b = JSON.parse(l).response?.body;
+      prompt += b?.usage?.prompt_tokens ?? 0;
+      cached += b?.usage?.prompt_tokens_details?.cached_tokens ?? 0;
+      busyMs += (b?.timings?.prompt_ms ?? 0) + (b?.timings?.predicted_ms ?? 0);
+    }
     // The steady rate: between 10% and 90% of the lines done (without the cold start and the
     // tail of the last lines on slow phones).
     const at = (share) => samples.find((s) => s.done >= share * L);
@@ -251,11 +266,15 @@ async function throughput(env, dir, rows) {
       wall_s: wall, idle_p95_s: simS(quantile(idle.lat, 0.95)), idle_p50_s: simS(quantile(idle.lat, 0.5)), idle_n: idle.lat.length,
       busy_p95_s: simS(quantile(busy.lat, 0.95)), busy_p50_s: simS(quantile(busy.lat, 0.5)), busy_n: busy.lat.length,
       interactive_failed: idle.failed + busy.failed,
+      cached_share: prompt ? cached / prompt : NaN,
+      // Batch lines only (the interactive requests' phone time is not in the output file).
+      phone_busy_share: busyMs / (N * (samples.at(-1).t - t0)),
     };
     rows.push(row);
     log(
       `  ${fmt(steady, 0)} lines/h steady (${fmt(100 * row.efficiency, 1)}% of the ideal ${fmt(ideal, 0)}; overall ${fmt(overall, 0)}/h), ` +
-        `interactive p95 ${fmt(row.busy_p95_s, 1)} s during vs ${fmt(row.idle_p95_s, 1)} s idle (${busy.lat.length}/${idle.lat.length} requests)`,
+        `interactive p95 ${fmt(row.busy_p95_s, 1)} s during vs ${fmt(row.idle_p95_s, 1)} s idle (${busy.lat.length}/${idle.lat.length} requests); ` +
+        `cached ${fmt(100 * row.cached_share, 1)}% of prompt tokens, phones busy with batch lines ${fmt(100 * row.phone_busy_share, 1)}% of the time`,
     );
     return row;
   } finally {
@@ -369,6 +388,9 @@ export async function scenarioBatch(env) {
   const dir = fs.mkdtempSync(path.join(TMP, 'batch-'));
   const rows = [];
   const tp = await throughput(env, dir, rows);
+  if (process.env.FLEETGATE_BENCH_BATCH === 'throughput') {
+    return { md: `### 8. Batch (throughput only)\n\n${JSON.stringify(tp)}\n`, rows };
+  }
   const phones = await startAgents(env.BIN.agent, Array(QUICK ? 4 : 8).fill(50), { profile: 'fast-test', slots: 8 });
   let mem;
   const restarts = [];
@@ -403,6 +425,11 @@ ${markdownTable(
     `${tp.idle_n} / ${tp.busy_n}`,
   ]],
 )}
+
+Where the phones' time went: ${fmt(100 * tp.cached_share, 1)}% of the batch lines' prompt tokens were served from the
+phones' caches, and the phones were busy with batch lines ${fmt(100 * tp.phone_busy_share, 1)}% of the batch's wall time (their
+reported prompt + generation times over phones x wall time; the interactive requests' share is not
+in it).
 
 **Memory.** ${mem.lines} tiny lines (${fmt(mem.input_mib, 1)} MiB, \`max_tokens: 1\`) over ${phones.length} fast-test phones x 8 slots;
 the gateway's RSS (VmHWM: the peak) from before the upload to the last result.

@@ -209,6 +209,25 @@ async function throughput(env, dir, rows) {
     // Warm every phone's cache with the prefix first (the batch's first lines would do it too,
     // but the idle measurement must not pay for it).
     await Promise.all(agents.map((_, i) => fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(rng(900 + i)) }).then((r) => r.arrayBuffer())));
+    // The reference: the same reviews sent by 2N interactive clients in a closed loop (no batch),
+    // what the request path itself achieves over these phones on this machine.
+    const loopWindow = ((QUICK ? 600 : 1800) / T) * 1000;
+    const loopStart = performance.now() + loopWindow / 4; // after a warm-up
+    const loopEnd = loopStart + loopWindow;
+    let loopCount = 0;
+    await Promise.all(
+      Array.from({ length: 2 * N }, async (_, c) => {
+        const r = rng(500 + c);
+        while (performance.now() < loopEnd) {
+          const res = await fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(r) });
+          await res.arrayBuffer();
+          const t = performance.now();
+          if (res.status === 200 && t >= loopStart && t <= loopEnd) loopCount++;
+        }
+      }),
+    );
+    const loopPerHour = loopCount / ((loopWindow / 1000) * (T / 3600));
+    log(`batch throughput: ${2 * N} clients in a closed loop, no batch: ${fmt(loopPerHour, 0)} reviews/h (${fmt((100 * loopPerHour) / ideal, 1)}% of the ideal)`);
     const idleWindow = ((QUICK ? 600 : 1800) / T) * 1000; // wall ms
     log(`batch throughput: interactive on the idle fleet (${fmt(idleWindow / 1000, 0)} s)`);
     const idleEnd = performance.now() + idleWindow;
@@ -267,6 +286,8 @@ async function throughput(env, dir, rows) {
       busy_p95_s: simS(quantile(busy.lat, 0.95)), busy_p50_s: simS(quantile(busy.lat, 0.5)), busy_n: busy.lat.length,
       interactive_failed: idle.failed + busy.failed,
       cached_share: prompt ? cached / prompt : NaN,
+      closed_loop_per_hour: loopPerHour,
+      closed_loop_efficiency: loopPerHour / ideal,
       // Batch lines only (the interactive requests' phone time is not in the output file).
       phone_busy_share: busyMs / (N * (samples.at(-1).t - t0)),
     };
@@ -426,6 +447,8 @@ ${markdownTable(
   ]],
 )}
 
+For reference, the same reviews sent by ${2 * tp.phones} clients in a closed loop through the gateway (no batch):
+${fmt(tp.closed_loop_per_hour, 0)} reviews per hour, ${fmt(100 * tp.closed_loop_efficiency, 1)}% of the ideal.
 Where the phones' time went: ${fmt(100 * tp.cached_share, 1)}% of the batch lines' prompt tokens were served from the
 phones' caches, and the phones were busy with batch lines ${fmt(100 * tp.phone_busy_share, 1)}% of the batch's wall time (their
 reported prompt + generation times over phones x wall time; the interactive requests' share is not

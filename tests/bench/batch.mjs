@@ -9,7 +9,8 @@
 //                the same tenant's p95 on the idle fleet just before.
 //   rss          a 100,000-line batch of tiny requests (fast-test phones, 8 x 8 slots): the
 //                gateway's peak RSS (VmHWM) from the upload to the last result.
-//                (FLEETGATE_BENCH_BATCH=throughput runs this part alone.)
+//                (FLEETGATE_BENCH_BATCH=throughput runs this part alone;
+//                FLEETGATE_BENCH_BATCH_INTERACTIVE=0 runs the batch without interactive traffic.)
 //   restart      a gateway killed with SIGKILL midway through a batch and started again on the
 //                same database: time from the new process's start to its first new result, on
 //                SQLite and (when its binaries are installed) PostgreSQL; every custom_id is
@@ -241,6 +242,7 @@ async function throughput(env, dir, rows) {
     const during = (async () => {
       // Interactive traffic from the batch's first completed line to its last.
       while (!stopInteractive && !samples.some((s) => s.done > 0)) await sleep(20);
+      if (process.env.FLEETGATE_BENCH_BATCH_INTERACTIVE === '0') return { lat: [], failed: 0 };
       return interactive(gw, { rate, seed: 31, stop: () => stopInteractive, makeBody: body });
     })();
     const done = await follow(gw, batch.id, {
@@ -329,7 +331,7 @@ async function rss(env, dir, rows, phones) {
       completed: done.request_counts.completed, failed: done.request_counts.failed,
     };
     rows.push(row);
-    log(`  peak RSS ${fmt(end.hwm, 1)} MiB (idle ${fmt(idle.rss, 1)}, after the upload ${fmt(uploaded.hwm, 1)}), ${fmt(seconds, 0)} s, ${fmt(row.lines_per_second, 0)} lines/s`);
+    log(`  peak RSS ${fmt(end.hwm, 2)} MiB (idle ${fmt(idle.rss, 2)}, after the upload ${fmt(uploaded.hwm, 2)}), ${fmt(seconds, 0)} s, ${fmt(row.lines_per_second, 0)} lines/s`);
     return row;
   } finally {
     await stopAll([gw?.proc]);
@@ -454,12 +456,12 @@ phones' caches, and the phones were busy with batch lines ${fmt(100 * tp.phone_b
 reported prompt + generation times over phones x wall time; the interactive requests' share is not
 in it).
 
-**Memory.** ${mem.lines} tiny lines (${fmt(mem.input_mib, 1)} MiB, \`max_tokens: 1\`) over ${phones.length} fast-test phones x 8 slots;
+**Memory.** ${mem.lines} tiny lines (${fmt(mem.input_mib, 2)} MiB, \`max_tokens: 1\`) over ${phones.length} fast-test phones x 8 slots;
 the gateway's RSS (VmHWM: the peak) from before the upload to the last result.
 
 ${markdownTable(
   ['lines', 'RSS idle MiB', 'peak after the upload MiB', 'peak MiB', 'RSS at the end MiB', 'seconds', 'lines / s'],
-  [[mem.lines, fmt(mem.rss_idle_mib, 1), fmt(mem.hwm_after_upload_mib, 1), fmt(mem.rss_peak_mib, 1), fmt(mem.rss_end_mib, 1), fmt(mem.seconds, 0), fmt(mem.lines_per_second, 0)]],
+  [[mem.lines, fmt(mem.rss_idle_mib, 2), fmt(mem.hwm_after_upload_mib, 2), fmt(mem.rss_peak_mib, 2), fmt(mem.rss_end_mib, 2), fmt(mem.seconds, 0), fmt(mem.lines_per_second, 0)]],
 )}
 
 **Restart to resume.** A batch of tiny lines on the same phones; the gateway is killed with SIGKILL

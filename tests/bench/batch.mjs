@@ -21,7 +21,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 
-import { Proc, fmt, freePorts, log, markdownTable, sleep, stopAll, waitForHttp, waitForPort } from './lib.mjs';
+import { Proc, cpuSeconds, fmt, freePorts, log, markdownTable, sleep, stopAll, waitForHttp, waitForPort } from './lib.mjs';
 import { CHARS_PER_TOKEN, DECODE_TPS, MODEL, PREFILL_TPS, rng, startAgents, text } from './routing.mjs';
 
 const MIB = 1024 * 1024;
@@ -236,6 +236,7 @@ async function throughput(env, dir, rows) {
 
     log(`batch throughput: ${L} lines (${fmt(bytes / MIB, 1)} MiB) over ${N} phones (${slow} 4x slower), ${T}x real time`);
     const t0 = performance.now();
+    const cpu0 = cpuSeconds(gw.proc.pid);
     const batch = await submit(gw, file);
     const samples = [];
     let stopInteractive = false;
@@ -251,6 +252,7 @@ async function throughput(env, dir, rows) {
       deadlineMs: QUICK ? 60_000 : 1800_000,
     });
     stopInteractive = true;
+    const gatewayCpu = (cpuSeconds(gw.proc.pid) - cpu0) / ((performance.now() - t0) / 1000);
     const busy = await during;
     const wall = (performance.now() - t0) / 1000;
     if (done.status !== 'completed' || done.request_counts.completed !== L) {
@@ -289,6 +291,7 @@ async function throughput(env, dir, rows) {
       interactive_failed: idle.failed + busy.failed,
       cached_share: prompt ? cached / prompt : NaN,
       closed_loop_per_hour: loopPerHour,
+      gateway_cpu_share: gatewayCpu, // of one core, from the upload to the last result
       closed_loop_efficiency: loopPerHour / ideal,
       // Batch lines only (the interactive requests' phone time is not in the output file).
       phone_busy_share: busyMs / (N * (samples.at(-1).t - t0)),
@@ -297,7 +300,8 @@ async function throughput(env, dir, rows) {
     log(
       `  ${fmt(steady, 0)} lines/h steady (${fmt(100 * row.efficiency, 1)}% of the ideal ${fmt(ideal, 0)}; overall ${fmt(overall, 0)}/h), ` +
         `interactive p95 ${fmt(row.busy_p95_s, 1)} s during vs ${fmt(row.idle_p95_s, 1)} s idle (${busy.lat.length}/${idle.lat.length} requests); ` +
-        `cached ${fmt(100 * row.cached_share, 1)}% of prompt tokens, phones busy with batch lines ${fmt(100 * row.phone_busy_share, 1)}% of the time`,
+        `cached ${fmt(100 * row.cached_share, 1)}% of prompt tokens, phones busy with batch lines ${fmt(100 * row.phone_busy_share, 1)}% of the time, ` +
+        `gateway CPU ${fmt(100 * gatewayCpu, 1)}% of a core`,
     );
     return row;
   } finally {
@@ -454,7 +458,7 @@ ${fmt(tp.closed_loop_per_hour, 0)} reviews per hour, ${fmt(100 * tp.closed_loop_
 Where the phones' time went: ${fmt(100 * tp.cached_share, 1)}% of the batch lines' prompt tokens were served from the
 phones' caches, and the phones were busy with batch lines ${fmt(100 * tp.phone_busy_share, 1)}% of the batch's wall time (their
 reported prompt + generation times over phones x wall time; the interactive requests' share is not
-in it).
+in it); the gateway used ${fmt(100 * tp.gateway_cpu_share, 1)}% of a core from the upload to the last result.
 
 **Memory.** ${mem.lines} tiny lines (${fmt(mem.input_mib, 2)} MiB, \`max_tokens: 1\`) over ${phones.length} fast-test phones x 8 slots;
 the gateway's RSS (VmHWM: the peak) from before the upload to the last result.

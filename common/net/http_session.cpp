@@ -21,6 +21,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kReadChunk = 4 * 1024;
+constexpr std::size_t kStreamReadChunk = 32 * 1024;  // within the buffer's size (serve_session)
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 // The type of the exception in flight, for the log: never what() (a parser's message may quote
@@ -49,6 +50,9 @@ struct ReadResult {
   std::string reason;  // what it is counted as; "" for the ordinary ends of a connection
   // request: its body's share of the listener's body budget, held until the request is done
   BodyBudget::Reservation body;
+  // request: set when the route takes its body as a stream (read by the handler)
+  std::optional<StreamedBody> streamed;
+  HeadFacts facts;
   // refused: the body bytes the client may still send (read and dropped at the close, so that
   // the answer is not lost to a reset); 0 for a body over the limit
   std::uint64_t unread_body = 0;
@@ -68,8 +72,7 @@ std::uint64_t unread_body(const HeadFacts& facts, std::uint64_t body_limit) {
 // starts and never moved by a read, so trickling bytes does not keep a connection.
 asio::awaitable<ReadResult> read_request(Conn* conn, beast::flat_buffer* buffer,
                                          const SessionLimits* limits, const SessionHooks* hooks,
-                                         Request* out) {
-  RequestReader reader(limits->header_limit);
+                                         RequestReader& reader, Request* out) {
   ReadPhase phase = buffer->size() > 0 ? ReadPhase::head : ReadPhase::idle;
   auto deadline = Clock::now() + phase_timeout(phase, limits->timeouts);
   ReadResult result;
@@ -99,18 +102,25 @@ asio::awaitable<ReadResult> read_request(Conn* conn, beast::flat_buffer* buffer,
           }
         }
         const HeadFacts facts = reader.head_facts();
-        HeadDecision decision =
-            decide_head(facts, std::move(refusal), limits->body_limit, limits->body_limit_key);
+        if (!refusal && hooks->stream_body && facts.has_body()) {
+          result.streamed = hooks->stream_body(reader.message());
+        }
+        const std::uint64_t body_limit =
+            result.streamed ? result.streamed->limit : limits->body_limit;
+        const std::string& body_limit_key =
+            result.streamed ? result.streamed->limit_key : limits->body_limit_key;
+        HeadDecision decision = decide_head(facts, std::move(refusal), body_limit, body_limit_key);
         if (decision.reply) {
           result.kind = ReadResult::Kind::refused;
           result.reply = std::move(decision.reply);
           result.must_close = facts.has_body() || check_failed;
           result.reason = check_failed ? "exception" : result.reply->code;
-          result.unread_body = unread_body(facts, limits->body_limit);
+          result.unread_body = unread_body(facts, body_limit);
+          result.streamed.reset();
           *out = reader.release();
           co_return result;
         }
-        if (limits->body_budget != nullptr && facts.has_body()) {
+        if (limits->body_budget != nullptr && facts.has_body() && !result.streamed) {
           // A chunked body may grow to the body limit.
           auto reserved = limits->body_budget->try_reserve(
               facts.content_length.value_or(limits->body_limit), limits->body_budget_limit);
@@ -135,6 +145,14 @@ asio::awaitable<ReadResult> read_request(Conn* conn, beast::flat_buffer* buffer,
           if (ec) {
             co_return result;  // failed, closed: nobody to answer
           }
+        }
+        if (result.streamed) {
+          // The handler reads the body (BodyStream) as it arrives.
+          reader.stream_body(result.streamed->limit);
+          result.kind = ReadResult::Kind::request;
+          result.facts = facts;
+          *out = reader.release();
+          co_return result;
         }
         reader.accept_body(limits->body_limit);
         phase = ReadPhase::body;
@@ -213,6 +231,76 @@ class BusyGuard {
 
 }  // namespace
 
+BodyStream::BodyStream(Conn* conn, beast::flat_buffer* buffer, RequestReader* reader,
+                       const ReadTimeouts& timeouts, StreamedBody streamed, HeadFacts facts)
+    : conn_(conn),
+      buffer_(buffer),
+      reader_(reader),
+      timeouts_(timeouts),
+      streamed_(std::move(streamed)),
+      facts_(facts),
+      start_(Clock::now()),
+      complete_(reader->state() == RequestReader::State::done) {}
+
+asio::awaitable<BodyStream::Piece> BodyStream::next() {
+  Piece piece;
+  for (;;) {
+    if (failure_) {
+      piece.failure = failure_;
+      co_return piece;
+    }
+    if (complete_) {
+      piece.end = true;
+      co_return piece;
+    }
+    if (buffer_->size() > 0) {
+      const auto data = buffer_->data();
+      buffer_->consume(
+          reader_->feed(std::string_view(static_cast<const char*>(data.data()), data.size())));
+    }
+    if (reader_->state() == RequestReader::State::failed) {
+      failure_ = reader_->failure();
+      continue;
+    }
+    piece.data = reader_->take_body();
+    received_ += piece.data.size();
+    complete_ = reader_->state() == RequestReader::State::done;
+    if (!piece.data.empty() || complete_) {
+      piece.end = complete_;
+      co_return piece;
+    }
+    const auto left =
+        start_ + streamed_body_allowance(timeouts_, received_, kBytesPerTimeout) - Clock::now();
+    if (left <= Clock::duration::zero()) {
+      failure_ = ReadFailure::body_timeout;
+      continue;
+    }
+    conn_->expires_after(left);
+    auto [ec, n] = co_await conn_->read_some(buffer_->prepare(kStreamReadChunk));
+    if (ec == beast::error::timeout) {
+      failure_ = ReadFailure::body_timeout;
+      continue;
+    }
+    if (ec) {
+      reader_->feed_eof();
+      failure_ = reader_->failure();
+      continue;
+    }
+    buffer_->commit(n);
+  }
+}
+
+std::optional<ErrorReply> BodyStream::failure_reply(ReadFailure failure) const {
+  return net::failure_reply(failure, streamed_.limit, streamed_.limit_key);
+}
+
+std::uint64_t BodyStream::unread() const {
+  if (facts_.chunked || !facts_.content_length || *facts_.content_length > streamed_.limit) {
+    return 0;
+  }
+  return *facts_.content_length > received_ ? *facts_.content_length - received_ : 0;
+}
+
 asio::awaitable<void> watch_client(ServerRequest r) {
   co_await watch_client(r.conn, r.buffer, r.pipeline_cap);
 }
@@ -234,7 +322,9 @@ asio::awaitable<void> serve_session(const SessionHooks* hooks, std::unique_ptr<C
   for (bool again = true; again;) {
     limits = hooks->limits();
     Request request;
-    const ReadResult read = co_await read_request(conn.get(), &buffer, &limits, hooks, &request);
+    RequestReader reader(limits.header_limit);
+    const ReadResult read =
+        co_await read_request(conn.get(), &buffer, &limits, hooks, reader, &request);
     const std::string reason = read.kind == ReadResult::Kind::failed
                                    ? std::string(failure_reason(read.failure))
                                    : read.reason;
@@ -264,11 +354,15 @@ asio::awaitable<void> serve_session(const SessionHooks* hooks, std::unique_ptr<C
       continue;
     }
 
+    std::optional<BodyStream> body;
+    if (read.streamed) {
+      body.emplace(conn.get(), &buffer, &reader, limits.timeouts, *read.streamed, read.facts);
+    }
     bool threw = false;
     std::string exception_type;
     try {
-      again = co_await hooks->handle(
-          ServerRequest{conn.get(), &buffer, &request, &writer, limits.pipeline_cap});
+      again = co_await hooks->handle(ServerRequest{conn.get(), &buffer, &request, &writer,
+                                                   limits.pipeline_cap, body ? &*body : nullptr});
     } catch (...) {
       threw = true;
       exception_type = current_exception_type();
@@ -295,6 +389,12 @@ asio::awaitable<void> serve_session(const SessionHooks* hooks, std::unique_ptr<C
       count(hooks, "write_timeout");
     }
     again = again && writer.keep_alive() && writer.finished();
+    if (body && !body->complete()) {
+      // The handler answered before the end of its body: the rest cannot be told from a next
+      // request. Read and drop what is still declared, so the answer is not lost to a reset.
+      again = false;
+      linger = kLingerBytes + body->unread();
+    }
   }
   // Lingering close: half-close, then read what the client still sends until it closes too, so
   // that unread input does not turn the last response into a reset.

@@ -46,6 +46,51 @@ struct SessionLimits {
   std::string body_budget_key = "server.max_buffered_bytes";  // named in 503 answers
 };
 
+// What a route that takes its body as a stream (SessionHooks::stream_body) is allowed: its own
+// limit instead of the listener's body limit (named in the 413 answers), and no share of the
+// listener's body budget (it holds one piece at a time).
+struct StreamedBody {
+  std::uint64_t limit = 0;
+  std::string limit_key;
+};
+
+// A request body read from the connection piece by piece while its handler runs, for a route
+// SessionHooks::stream_body chose: the handler pulls the pieces and is never handed the whole.
+// Its time is the body timeout plus one more for every kBytesPerTimeout received
+// (streamed_body_allowance), so a large upload that keeps coming is not cut and a trickling one
+// is.
+class BodyStream {
+ public:
+  static constexpr std::uint64_t kBytesPerTimeout = 4 * 1024 * 1024;
+  struct Piece {
+    std::string data;                    // the next bytes of the body (may be empty)
+    bool end = false;                    // the body is complete (data is its last piece)
+    std::optional<ReadFailure> failure;  // reading failed; feed no more then
+  };
+  BodyStream(Conn* conn, boost::beast::flat_buffer* buffer, RequestReader* reader,
+             const ReadTimeouts& timeouts, StreamedBody streamed, HeadFacts facts);
+  boost::asio::awaitable<Piece> next();
+  bool complete() const { return complete_; }
+  std::uint64_t received() const { return received_; }
+  // What to tell the client about a failure; nullopt: nothing (it left, or it was too slow).
+  std::optional<ErrorReply> failure_reply(ReadFailure failure) const;
+  // Bytes of the declared body still to come (read and dropped at the close, so that an early
+  // answer is not lost to a reset); 0 when chunked or over the limit.
+  std::uint64_t unread() const;
+
+ private:
+  Conn* conn_;
+  boost::beast::flat_buffer* buffer_;
+  RequestReader* reader_;
+  ReadTimeouts timeouts_;
+  StreamedBody streamed_;
+  HeadFacts facts_;
+  std::chrono::steady_clock::time_point start_;
+  std::uint64_t received_ = 0;
+  bool complete_ = false;
+  std::optional<ReadFailure> failure_;
+};
+
 // One complete request, as a handler gets it. The writer already carries the request id
 // (X-Request-Id) and whether the connection may be kept alive.
 struct ServerRequest {
@@ -54,6 +99,9 @@ struct ServerRequest {
   Request* request = nullptr;
   ResponseWriter* writer = nullptr;
   std::size_t pipeline_cap = 0;
+  // Set for a route that takes its body as a stream (then request->body() is empty): the body is
+  // read through it. Null: the body was read whole into request->body().
+  BodyStream* body = nullptr;
 };
 
 // Completes only when the client of r is gone (see watch_client in http_io.hpp).
@@ -71,6 +119,12 @@ struct SessionHooks {
   // Optional. The API family of a request (from its head), whose error shape every error answer
   // to it takes, the session layer's own (401, 404, 413, 500) included; openai when unset.
   std::function<openai::Api(const Request& head)> error_api;
+  // Optional. Called for a head that check_head let through and that has a body (so after the
+  // API key was checked: an unauthenticated client never gets to send one): a value makes the
+  // handler take the body as a stream (ServerRequest::body), within that limit, instead of the
+  // session reading it whole within SessionLimits::body_limit. A handler that answers before
+  // the stream is complete gets its connection closed (the rest cannot be told from a request).
+  std::function<std::optional<StreamedBody>(const Request& head)> stream_body;
   // Serves one request and answers it through r.writer; returns whether the connection may
   // carry another request.
   std::function<boost::asio::awaitable<bool>(ServerRequest r)> handle;

@@ -41,12 +41,17 @@ std::size_t RequestReader::feed(std::string_view bytes) {
   if (state_ == State::head_done || state_ == State::done || state_ == State::failed) {
     return 0;
   }
+  return stream_ ? feed_to(*stream_, bytes) : feed_to(parser_, bytes);
+}
+
+template <class Parser>
+std::size_t RequestReader::feed_to(Parser& parser, std::string_view bytes) {
   std::size_t used = 0;
   while (used < bytes.size()) {
     started_ = true;
     boost::beast::error_code ec;
     const std::size_t n =
-        parser_.put(boost::asio::const_buffer(bytes.data() + used, bytes.size() - used), ec);
+        parser.put(boost::asio::const_buffer(bytes.data() + used, bytes.size() - used), ec);
     used += n;
     if (state_ == State::reading_head) {
       head_bytes_ += n;
@@ -67,7 +72,7 @@ std::size_t RequestReader::feed(std::string_view bytes) {
       return used;
     }
     // A head is judged before anything else, even when it completes the request (no body).
-    if (state_ == State::reading_head && parser_.is_header_done()) {
+    if (state_ == State::reading_head && parser.is_header_done()) {
       if (head_bytes_ > header_limit_) {
         fail(ReadFailure::header_too_large);
         return used;
@@ -75,7 +80,7 @@ std::size_t RequestReader::feed(std::string_view bytes) {
       state_ = State::head_done;
       return used;
     }
-    if (parser_.is_done()) {
+    if (parser.is_done()) {
       state_ = State::done;
       return used;
     }
@@ -106,13 +111,38 @@ void RequestReader::accept_body(std::uint64_t body_limit) {
   state_ = State::reading_body;
 }
 
+void RequestReader::stream_body(std::uint64_t body_limit) {
+  if (state_ != State::head_done) {
+    return;
+  }
+  head_.base() = parser_.get().base();
+  // Allowed: the head's parser has not started its body (eager(false) stopped it at the head).
+  stream_.emplace(std::move(parser_));
+  if (stream_->is_done()) {
+    state_ = State::done;
+    return;
+  }
+  stream_->body_limit(body_limit);
+  stream_->eager(true);
+  state_ = State::reading_body;
+}
+
+std::string RequestReader::take_body() {
+  std::string out;
+  if (stream_) {
+    out.swap(stream_->get().body());
+  }
+  return out;
+}
+
 HeadFacts RequestReader::head_facts() const {
   HeadFacts facts;
-  if (auto length = parser_.content_length()) {
+  const auto length = stream_ ? stream_->content_length() : parser_.content_length();
+  if (length) {
     facts.content_length = *length;
   }
-  facts.chunked = parser_.chunked();
-  facts.expect_continue = iequals(parser_.get()[http::field::expect], "100-continue");
+  facts.chunked = stream_ ? stream_->chunked() : parser_.chunked();
+  facts.expect_continue = iequals(message()[http::field::expect], "100-continue");
   return facts;
 }
 

@@ -3,7 +3,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+
+#include <boost/beast/core/buffers_range.hpp>
+#include <boost/beast/core/error.hpp>
 
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -13,6 +17,33 @@
 namespace fg::net {
 
 using Request = boost::beast::http::request<boost::beast::http::string_body>;
+
+// A body that only collects what the parser hands it, without reserving its declared length
+// first (string_body reserves it): a streamed body is taken out piece by piece (take_body), so
+// its declared length is never allocated.
+struct PieceBody {
+  using value_type = std::string;
+  class reader {
+   public:
+    template <bool isRequest, class Fields>
+    reader(boost::beast::http::header<isRequest, Fields>&, value_type& body) : body_(body) {}
+    void init(const boost::optional<std::uint64_t>&, boost::beast::error_code& ec) { ec = {}; }
+    template <class ConstBufferSequence>
+    std::size_t put(const ConstBufferSequence& buffers, boost::beast::error_code& ec) {
+      std::size_t n = 0;
+      for (auto b : boost::beast::buffers_range_ref(buffers)) {
+        body_.append(static_cast<const char*>(b.data()), b.size());
+        n += b.size();
+      }
+      ec = {};
+      return n;
+    }
+    void finish(boost::beast::error_code& ec) { ec = {}; }
+
+   private:
+    value_type& body_;
+  };
+};
 
 // Parses one HTTP/1.1 request from bytes handed to it, in two steps: it stops once the head is in
 // (head_done), so that the caller can judge the head before any body byte is read, and goes on
@@ -34,6 +65,12 @@ class RequestReader {
   void feed_eof();
   // After head_done: read a body of at most body_limit bytes (a chunked body is cut there).
   void accept_body(std::uint64_t body_limit);
+  // After head_done, instead of accept_body: the body (at most body_limit bytes) is parsed as it
+  // is fed and handed out by take_body, never held whole. message() stays the head.
+  void stream_body(std::uint64_t body_limit);
+  bool streaming() const { return stream_.has_value(); }
+  // Streaming: the body bytes parsed since the last call (empty when none).
+  std::string take_body();
 
   State state() const { return state_; }
   // Whether any byte of this request arrived (its head phase started).
@@ -42,12 +79,20 @@ class RequestReader {
   ReadFailure failure() const { return failure_; }
   // Valid from head_done on.
   HeadFacts head_facts() const;
-  const Request& message() const { return parser_.get(); }
-  // Once done: the whole request; the reader is spent.
-  Request release() { return parser_.release(); }
+  const Request& message() const { return stream_ ? head_ : parser_.get(); }
+  // Once done (or once streaming): the whole request (the head alone when streaming); the reader
+  // is spent.
+  Request release() { return stream_ ? std::move(head_) : parser_.release(); }
 
  private:
   void fail(ReadFailure failure);
+  template <class Parser>
+  std::size_t feed_to(Parser& parser, std::string_view bytes);
+
+  // Streaming: the parser the head's parser became (same state, a body type that holds only the
+  // pieces not taken yet), and a copy of the head for message().
+  std::optional<boost::beast::http::request_parser<PieceBody>> stream_;
+  Request head_;
 
   boost::beast::http::request_parser<boost::beast::http::string_body> parser_;
   // Beast applies its header limit to the request line and to the fields separately when a

@@ -14,6 +14,13 @@ std::chrono::steady_clock::duration phase_timeout(ReadPhase phase, const ReadTim
   return timeouts.header;
 }
 
+std::chrono::steady_clock::duration streamed_body_allowance(const ReadTimeouts& timeouts,
+                                                            std::uint64_t received,
+                                                            std::uint64_t bytes_per_timeout) {
+  const std::uint64_t earned = bytes_per_timeout == 0 ? 0 : received / bytes_per_timeout;
+  return timeouts.body * static_cast<std::int64_t>(1 + earned);
+}
+
 ReadFailure timeout_failure(ReadPhase phase) {
   switch (phase) {
     case ReadPhase::idle:

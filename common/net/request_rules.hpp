@@ -41,6 +41,14 @@ struct ReadTimeouts {
 // How long the phase may last in total, counted from its start (never restarted by a read).
 std::chrono::steady_clock::duration phase_timeout(ReadPhase phase, const ReadTimeouts& timeouts);
 
+// How long a streamed body (one a route takes piece by piece as it arrives, e.g. a 200 MB upload)
+// may take once `received` bytes of it are in: the body timeout, plus one more for every
+// `bytes_per_timeout` received. A large body that keeps coming is not cut by the body timeout,
+// and a client trickling it still is (it must average bytes_per_timeout per body timeout).
+std::chrono::steady_clock::duration streamed_body_allowance(const ReadTimeouts& timeouts,
+                                                            std::uint64_t received,
+                                                            std::uint64_t bytes_per_timeout);
+
 // How reading a request ended when it did not produce one.
 enum class ReadFailure {
   closed,            // the peer closed (or reset) between requests

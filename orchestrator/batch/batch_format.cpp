@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <utility>
 
 #include "common/util/duration.hpp"
 
@@ -256,6 +257,105 @@ std::optional<std::string> MultipartStream::finish() const {
     default:
       return std::string("the multipart body ends before its closing boundary");
   }
+}
+
+UploadReader::UploadReader(std::string boundary, Limits limits,
+                           std::function<void(std::string chunk)> on_chunk)
+    : limits_(limits),
+      on_chunk_(std::move(on_chunk)),
+      stream_(
+          std::move(boundary),
+          {[this](const std::string& name, const std::string& filename) {
+             if (name == "file") {
+               two_files_ = two_files_ || seen_file_;
+               seen_file_ = true;
+               filename_ = filename;
+               in_ = In::file;
+             } else if (name == "purpose") {
+               purpose_.clear();
+               in_ = In::purpose;
+             } else {
+               in_ = In::other;  // other fields are ignored, as OpenAI does
+             }
+           },
+           [this](std::string_view piece) {
+             if (in_ == In::purpose) {
+               if (purpose_.size() < 64) {
+                 purpose_.append(piece.substr(0, 64 - purpose_.size()));
+               }
+               return;
+             }
+             if (in_ != In::file || two_files_ || piece.empty()) {
+               return;
+             }
+             bytes_ += piece.size();
+             if (bytes_ > limits_.max_bytes) {
+               return;  // over_limit says so; nothing more is kept
+             }
+             newlines_ += static_cast<std::uint64_t>(std::count(piece.begin(), piece.end(), '\n'));
+             ends_with_newline_ = piece.back() == '\n';
+             while (!piece.empty()) {
+               const std::size_t take = std::min(piece.size(), limits_.chunk_bytes - chunk_.size());
+               chunk_.append(piece.substr(0, take));
+               piece.remove_prefix(take);
+               if (chunk_.size() == limits_.chunk_bytes) {
+                 on_chunk_(std::exchange(chunk_, std::string()));
+               }
+             }
+           },
+           [this] { in_ = In::none; }}) {}
+
+std::optional<UploadReader::Error> UploadReader::over_limit() const {
+  if (two_files_) {
+    return Error{400, "invalid_request", "the multipart body has more than one 'file' part",
+                 "file"};
+  }
+  if (bytes_ > limits_.max_bytes) {
+    return Error{
+        413, "file_too_large",
+        "the file is over batch.max_file_bytes (" + std::to_string(limits_.max_bytes) + " bytes)",
+        "file"};
+  }
+  if (newlines_ > limits_.max_lines) {
+    return Error{413, "file_too_large",
+                 "the file has more than batch.max_file_lines (" +
+                     std::to_string(limits_.max_lines) + ") lines",
+                 "file"};
+  }
+  return std::nullopt;
+}
+
+std::optional<UploadReader::Error> UploadReader::feed(std::string_view piece) {
+  if (auto problem = stream_.feed(piece)) {
+    return Error{400, "invalid_request", *problem, {}};
+  }
+  return over_limit();
+}
+
+std::optional<UploadReader::Error> UploadReader::finish() {
+  if (auto problem = stream_.finish()) {
+    return Error{400, "invalid_request", *problem, {}};
+  }
+  if (auto problem = over_limit()) {
+    return problem;
+  }
+  if (lines() > limits_.max_lines) {
+    return Error{413, "file_too_large",
+                 "the file has more than batch.max_file_lines (" +
+                     std::to_string(limits_.max_lines) + ") lines",
+                 "file"};
+  }
+  if (purpose_ != "batch") {
+    return Error{400, "invalid_request",
+                 "purpose must be 'batch' (the only purpose this gateway keeps)", "purpose"};
+  }
+  if (!seen_file_) {
+    return Error{400, "invalid_request", "the multipart body has no 'file' part", "file"};
+  }
+  if (!chunk_.empty()) {
+    on_chunk_(std::exchange(chunk_, std::string()));
+  }
+  return std::nullopt;
 }
 
 std::vector<std::string> LineSplitter::feed(std::string_view piece) {

@@ -67,6 +67,54 @@ class MultipartStream {
   std::size_t parts_ = 0;
 };
 
+// The body of POST /v1/files as it arrives, in pieces cut anywhere: its parts (MultipartStream),
+// the `file` part's bytes cut into storage chunks of chunk_bytes (each handed to on_chunk as it
+// fills, the last one at finish), its size and lines counted against the limits as they come,
+// and the `purpose` field. Memory: one chunk and MultipartStream's few bytes, whatever the size.
+class UploadReader {
+ public:
+  struct Limits {
+    std::uint64_t max_bytes = 0;  // batch.max_file_bytes
+    std::uint64_t max_lines = 0;  // batch.max_file_lines
+    std::size_t chunk_bytes = 1024 * 1024;
+  };
+  // A refusal for the client: 400 (malformed, no file, wrong purpose) or 413 (over a limit).
+  struct Error {
+    unsigned status = 400;
+    std::string code;
+    std::string message;
+    std::string param;
+  };
+  UploadReader(std::string boundary, Limits limits,
+               std::function<void(std::string chunk)> on_chunk);
+  // Consumes the next piece of the body; an error ends the upload (feed no more then).
+  std::optional<Error> feed(std::string_view piece);
+  // At the end of the body: the last chunk goes out, and the whole is checked (closing
+  // delimiter, one file part, purpose "batch", the line limit).
+  std::optional<Error> finish();
+  std::uint64_t bytes() const { return bytes_; }
+  // Lines of the file: its newlines, and one more when it does not end with one.
+  std::uint64_t lines() const { return newlines_ + (bytes_ > 0 && !ends_with_newline_ ? 1 : 0); }
+  const std::string& filename() const { return filename_; }
+  const std::string& purpose() const { return purpose_; }
+
+ private:
+  enum class In { none, file, purpose, other };
+  std::optional<Error> over_limit() const;
+  Limits limits_;
+  std::function<void(std::string)> on_chunk_;
+  MultipartStream stream_;
+  In in_ = In::none;
+  bool seen_file_ = false;
+  bool two_files_ = false;
+  std::string filename_;
+  std::string purpose_;
+  std::string chunk_;
+  std::uint64_t bytes_ = 0;
+  std::uint64_t newlines_ = 0;
+  bool ends_with_newline_ = false;
+};
+
 // ---- input lines ----
 
 // Cuts a byte stream into lines (LF, an optional CR before it dropped), fed in any pieces.

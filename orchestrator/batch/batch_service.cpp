@@ -789,62 +789,107 @@ asio::awaitable<bool> BatchService::upload(net::ServerRequest r, std::string own
   auto& writer = *r.writer;
   const auto& req = *r.request;
   auto finish = [&] { return writer.keep_alive() && writer.finished(); };
+  // An answer before the whole body was read ends the connection (the session closes it).
+  auto body_unread = [&] { return r.body != nullptr && !r.body->complete(); };
   auto config = ctx_->configs->snapshot();
-  auto parsed = parse_multipart(std::string_view(req[http::field::content_type].data(),
-                                                 req[http::field::content_type].size()),
-                                req.body());
-  if (auto* problem = std::get_if<std::string>(&parsed)) {
-    co_await writer.send_error(400, *problem, "invalid_request");
-    co_return finish();
-  }
-  const auto& parts = std::get<std::vector<MultipartPart>>(parsed);
-  const MultipartPart* file_part = nullptr;
-  std::string purpose;
-  for (const auto& part : parts) {
-    if (part.name == "file") {
-      file_part = &part;
-    } else if (part.name == "purpose") {
-      purpose = std::string(part.data);
+  const auto boundary = multipart_boundary(std::string_view(req[http::field::content_type].data(),
+                                                            req[http::field::content_type].size()));
+  if (!boundary.boundary) {
+    if (body_unread()) {
+      writer.refuse_keep_alive();
     }
-  }
-  if (purpose != "batch") {
-    co_await writer.send_error(400, "purpose must be 'batch' (the only purpose this gateway keeps)",
-                               "invalid_request", {}, "purpose");
-    co_return finish();
-  }
-  if (file_part == nullptr) {
-    co_await writer.send_error(400, "the multipart body has no 'file' part", "invalid_request", {},
-                               "file");
-    co_return finish();
-  }
-  if (file_part->data.size() > config->batch.max_file_bytes) {
-    co_await writer.send_error(413,
-                               "the file is over batch.max_file_bytes (" +
-                                   std::to_string(config->batch.max_file_bytes) + " bytes)",
-                               "file_too_large", {}, "file");
+    co_await writer.send_error(400, boundary.error, "invalid_request");
     co_return finish();
   }
   storage::FileRecord file;
   file.id = new_id("file-");
   file.owner = owner;
-  file.filename = file_part->filename.empty() ? "upload.jsonl" : file_part->filename;
   file.purpose = "batch";
   file.created_at = now_ms();
-  db_->create_file(file);
-  const std::string_view data = file_part->data;
+  bool created = false;
   std::int64_t seq = 0;
-  try {
-    for (std::size_t pos = 0; pos < data.size(); pos += kChunkBytes) {
-      db_->append_chunk(file.id, seq++, std::string(data.substr(pos, kChunkBytes)));
-      co_await asio::post(executor_, asio::use_awaitable);
+  // The record is created with the first chunk (once the file part's name is known), in state
+  // uploading: invisible until finish_upload, removed if the upload does not complete.
+  UploadReader reader(
+      *boundary.boundary, {config->batch.max_file_bytes, config->batch.max_file_lines, kChunkBytes},
+      [&](std::string chunk) {
+        if (!created) {
+          file.filename = reader.filename().empty() ? "upload.jsonl" : reader.filename();
+          db_->create_file(file);
+          created = true;
+        }
+        db_->append_chunk(file.id, seq++, chunk);
+      });
+  auto discard = [&] {
+    if (created) {
+      db_->delete_file(owner, file.id);
+      created = false;
     }
-    db_->finish_upload(file.id, static_cast<std::int64_t>(data.size()));
+  };
+  std::optional<UploadReader::Error> error;
+  try {
+    if (r.body == nullptr) {
+      error = reader.feed(req.body());
+      if (!error) {
+        error = reader.finish();
+      }
+    } else {
+      for (;;) {
+        auto piece = co_await r.body->next();
+        if (piece.failure) {
+          // The client left, sent a malformed or over-long chunked body, or was too slow.
+          discard();
+          log::info("upload ended before its body did",
+                    {{"file", file.id},
+                     {"received_bytes", r.body->received()},
+                     {"reason", std::string(net::failure_reason(*piece.failure))}});
+          if (auto reply = r.body->failure_reply(*piece.failure)) {
+            writer.refuse_keep_alive();
+            co_await writer.send_reply(*reply);
+          }
+          co_return false;
+        }
+        const std::int64_t stored = seq;
+        error = reader.feed(piece.data);
+        if (error) {
+          break;
+        }
+        if (piece.end) {
+          error = reader.finish();
+          break;
+        }
+        if (seq != stored) {
+          // A chunk went to storage: let the io thread serve others before the next.
+          co_await asio::post(executor_, asio::use_awaitable);
+        }
+      }
+    }
+    if (!error) {
+      if (!created) {  // an empty file part: a record without chunks
+        file.filename = reader.filename().empty() ? "upload.jsonl" : reader.filename();
+        db_->create_file(file);
+        created = true;
+      }
+      db_->finish_upload(file.id, static_cast<std::int64_t>(reader.bytes()));
+    }
   } catch (...) {
-    db_->delete_file(owner, file.id);
+    discard();
     throw;
   }
+  if (error) {
+    discard();
+    if (body_unread()) {
+      writer.refuse_keep_alive();
+    }
+    co_await writer.send_error(error->status, error->message, error->code, {}, error->param);
+    co_return finish();
+  }
   file.state = storage::FileState::ready;
-  file.bytes = static_cast<std::int64_t>(data.size());
+  file.bytes = static_cast<std::int64_t>(reader.bytes());
+  log::info("file uploaded", {{"file", file.id},
+                              {"bytes", reader.bytes()},
+                              {"lines", reader.lines()},
+                              {"streamed", r.body != nullptr}});
   co_await writer.send_full(200, "application/json", file_json(file).dump());
   co_return finish();
 }

@@ -100,6 +100,13 @@ class BatchService {
   std::chrono::steady_clock::time_point last_renew_{};
 };
 
+// The most bytes an upload's body (POST /v1/files, multipart) may have: batch.max_file_bytes and
+// room for the multipart framing and the other fields. The file part is held to
+// batch.max_file_bytes itself while it streams.
+inline std::uint64_t upload_body_limit(const config::BatchConfig& batch) {
+  return batch.max_file_bytes + 64 * 1024;
+}
+
 // The owner name of a request's key: "key-" and 16 hex digits of its SHA-256 (never the key);
 // "default" when the listener has no keys.
 std::string owner_name(const net::Request& head, bool keys_configured);

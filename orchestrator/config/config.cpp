@@ -29,9 +29,9 @@ const std::vector<std::string> kRootKeys = {"server",  "admin",   "health",   "r
                                             "storage", "batch",   "log"};
 const std::vector<std::string> kStorageKeys = {"backend", "path", "url_env"};
 const std::vector<std::string> kStorageBackends = {"sqlite", "postgres"};
-const std::vector<std::string> kBatchKeys = {"enabled",       "max_file_bytes",  "max_lines",
-                                             "max_in_flight", "slots_per_batch", "max_attempts",
-                                             "retry_backoff", "lease_timeout",   "poll_interval"};
+const std::vector<std::string> kBatchKeys = {
+    "enabled",         "max_file_bytes", "max_file_lines", "max_lines",     "max_in_flight",
+    "slots_per_batch", "max_attempts",   "retry_backoff",  "lease_timeout", "poll_interval"};
 const std::vector<std::string> kMetricsKeys = {"per_replica", "request_stream_usage"};
 const std::vector<std::string> kServerKeys = {"listen",          "tls",
                                               "api_keys_env",    "api_keys",
@@ -603,6 +603,7 @@ class Parser {
   static void parse_batch(const Map& s, BatchConfig& out) {
     s.read_bool("enabled", out.enabled);
     s.read_whole("max_file_bytes", out.max_file_bytes, 1);
+    s.read_whole("max_file_lines", out.max_file_lines, 1);
     s.read_whole("max_lines", out.max_lines, 1);
     s.read_whole("max_in_flight", out.max_in_flight, 1);
     s.read_whole("slots_per_batch", out.slots_per_batch);

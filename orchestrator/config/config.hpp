@@ -207,6 +207,7 @@ struct BatchConfig {
   bool enabled = true;
   std::uint64_t max_file_bytes = 200ull * 1024 * 1024;  // OpenAI's: 200 MB per batch input file
   std::uint32_t max_lines = 50'000;                     // OpenAI's: 50,000 requests per batch
+  std::uint64_t max_file_lines = 1'000'000;  // lines of one uploaded file (refused with a 413)
   std::uint32_t max_in_flight = 64;     // lines running at once, over every batch (memory bound)
   std::uint32_t slots_per_batch = 0;    // cap on one batch's slots in use; 0 = none
   std::uint32_t max_attempts = 3;       // runs of one line before it goes to the error file

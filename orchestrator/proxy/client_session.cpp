@@ -464,6 +464,18 @@ std::optional<net::ErrorReply> check_head(const ProxyContext* ctx, const net::Re
   return route_public(method, target_path(target), authorized(ctx, head)).refusal;
 }
 
+// An upload (POST /v1/files) is taken as a stream, straight to storage, within the files' own
+// limit (batch.max_file_bytes and room for the multipart framing) instead of
+// server.max_body_bytes. check_head has let the head through, so its key is valid.
+std::optional<net::StreamedBody> streamed_body(const ProxyContext* ctx, const net::Request& head) {
+  if (ctx->batch == nullptr || head.method() != http::verb::post ||
+      target_path(std::string_view(head.target().data(), head.target().size())) != "/v1/files") {
+    return std::nullopt;
+  }
+  return net::StreamedBody{batch::upload_body_limit(ctx->configs->current().batch),
+                           "batch.max_file_bytes"};
+}
+
 net::SessionLimits session_limits(const ProxyContext* ctx) {
   const auto& server = ctx->configs->current().server;
   net::SessionLimits limits;
@@ -651,6 +663,7 @@ net::SessionHooks public_session_hooks(ProxyContext* ctx) {
     return error_api_for_path(
         target_path(std::string_view(head.target().data(), head.target().size())));
   };
+  hooks.stream_body = [ctx](const net::Request& head) { return streamed_body(ctx, head); };
   hooks.handle = [ctx](net::ServerRequest r) { return handle_request(ctx, r); };
   hooks.count = [ctx](std::string_view reason) {
     ctx->metrics->session_event("public", std::string(reason));

@@ -11,6 +11,9 @@
 //   cpu            instructions per proxied request under valgrind --tool=callgrind
 //   routing        simulated phones with prompt caches and mixed speeds (issue 13): HAProxy
 //                  leastconn, Fleetgate least_loaded and expected_finish (tests/bench/routing.mjs)
+//   batch          the Batch API (issue 14): fraud-review lines per hour vs the fleet's ideal,
+//                  interactive p95 during a batch, RSS of a 100,000-line batch, restart to resume
+//                  after SIGKILL on SQLite and PostgreSQL (tests/bench/batch.mjs)
 //
 // Results: tests/bench/results/<time>/ (Markdown and CSV, git-ignored), results/latest.md; with
 // --write-docs the tables also replace the generated part of docs/benchmarks.md.
@@ -46,12 +49,13 @@ import {
   waitForPort,
   writeFile,
 } from './lib.mjs';
+import { scenarioBatch } from './batch.mjs';
 import { scenarioRouting } from './routing.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, '../..');
 
-const ALL_SCENARIOS = ['scaling', 'heterogeneous', 'overhead', 'streaming', 'scale', 'cpu', 'routing'];
+const ALL_SCENARIOS = ['scaling', 'heterogeneous', 'overhead', 'streaming', 'scale', 'cpu', 'routing', 'batch'];
 
 // ---------------------------------------------------------------------------------------------
 // Arguments
@@ -1209,6 +1213,7 @@ const SCENARIOS = {
   scale: scenarioScale,
   cpu: scenarioCpu,
   routing: () => scenarioRouting({ BIN, OUT, TMP, QUICK, REPEATS, HAS, problems }),
+  batch: () => scenarioBatch({ BIN, OUT, TMP, QUICK, REPEATS, HAS, problems }),
 };
 
 async function main() {

@@ -37,17 +37,17 @@ import {
   writeFile,
 } from './lib.mjs';
 
-const MODEL = 'reviewer';
-const PROFILE = 'qwen3.5-4b/snapdragon-8-elite';
-const PREFILL_TPS = 7000 / 97; // the profile's figures (common/sim/profiles.cpp)
-const DECODE_TPS = 18;
-const CHARS_PER_TOKEN = 4; // the simulator's tokenizer
+export const MODEL = 'reviewer';
+export const PROFILE = 'qwen3.5-4b/snapdragon-8-elite';
+export const PREFILL_TPS = 7000 / 97; // the profile's figures (common/sim/profiles.cpp)
+export const DECODE_TPS = 18;
+export const CHARS_PER_TOKEN = 4; // the simulator's tokenizer
 
 // ---------------------------------------------------------------------------------------------
 // Deterministic text: prompts are made of words from a seeded generator, so every run (and every
 // proxy in a run) sends the same sequence of reviews.
 
-function rng(seed) {
+export function rng(seed) {
   let s = BigInt(seed) & 0xffffffffffffffffn;
   return () => {
     s = (s + 0x9e3779b97f4a7c15n) & 0xffffffffffffffffn;
@@ -65,7 +65,7 @@ const WORDS = [
   'phone', 'session', 'browser', 'risk', 'review', 'customer', 'order', 'dispute', 'pattern',
 ];
 
-function text(chars, random, head) {
+export function text(chars, random, head) {
   let out = head;
   while (out.length < chars) out += ` ${WORDS[Math.floor(random() * WORDS.length)]}`;
   return out.slice(0, chars);
@@ -92,10 +92,13 @@ function startAgent(bin, { timeScale, seed, slots = 1, profile = PROFILE }) {
     });
 }
 
-async function startAgents(bin, scales) {
+// Phones at the given time scales (the batch bench passes another profile and more slots).
+export async function startAgents(bin, scales, { profile = PROFILE, slots = 1 } = {}) {
   const agents = [];
   for (let i = 0; i < scales.length; i += 8) {
-    const batch = scales.slice(i, i + 8).map((timeScale, k) => startAgent(bin, { timeScale, seed: i + k }));
+    const batch = scales
+      .slice(i, i + 8)
+      .map((timeScale, k) => startAgent(bin, { timeScale, seed: i + k, profile, slots }));
     agents.push(...(await Promise.all(batch)));
   }
   return agents;

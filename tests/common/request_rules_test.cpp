@@ -17,6 +17,17 @@ TEST(RequestRules, EachPhaseHasItsOwnTimeout) {
   EXPECT_EQ(timeout_failure(ReadPhase::body), ReadFailure::body_timeout);
 }
 
+TEST(RequestRules, AStreamedBodyEarnsTimeByArriving) {
+  ReadTimeouts t;
+  t.body = std::chrono::seconds(60);
+  const std::uint64_t per = 4 * 1024 * 1024;
+  EXPECT_EQ(streamed_body_allowance(t, 0, per), std::chrono::seconds(60));
+  EXPECT_EQ(streamed_body_allowance(t, per - 1, per), std::chrono::seconds(60));
+  EXPECT_EQ(streamed_body_allowance(t, per, per), std::chrono::seconds(120));
+  EXPECT_EQ(streamed_body_allowance(t, 50 * per + 3, per), std::chrono::seconds(51 * 60));
+  EXPECT_EQ(streamed_body_allowance(t, 1000, 0), std::chrono::seconds(60));
+}
+
 TEST(RequestRules, FailureReplies) {
   EXPECT_FALSE(failure_reply(ReadFailure::closed, 100, "k"));
   EXPECT_FALSE(failure_reply(ReadFailure::idle_timeout, 100, "k"));

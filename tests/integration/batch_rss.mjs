@@ -21,7 +21,6 @@ function status(pid) {
 const dir = makeTempDir('fleetgate-batch-rss-');
 const gw = await startGateway(
   {
-    server: { max_body_bytes: 256 * 1024 * 1024, max_buffered_bytes: 1024 * 1024 * 1024 },
     models: [{ name: MODEL, local: { count: 8, engine: 'sim', profile: 'fast-test', time_scale: 50, slots: 8 } }],
     health: { interval: '300ms', timeout: '200ms' },
     storage: { path: path.join(dir, 'batch.db') },

@@ -3,7 +3,9 @@
 // the session coroutine completing); a watchdog fails a test that would hang.
 
 #include "common/net/http_session.hpp"
+#include <algorithm>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -210,6 +212,136 @@ TEST_F(SessionTest, ATooLargeDeclaredBodyIs413AndABodilessRefusalKeepsTheConnect
   EXPECT_LT(ok, too_large);
   EXPECT_EQ(served, 1);
   EXPECT_EQ(counted_, (std::vector<std::string>{"not_found", "request_too_large"}));
+}
+
+// Reads a streamed body to its end (or, with stop_after, answers after that many bytes): the
+// total, the largest piece, and whether the session had read the body whole first.
+struct StreamStats {
+  std::size_t total = 0;
+  std::size_t largest = 0;
+  std::size_t pieces = 0;
+  bool whole_body_given = false;
+  std::optional<ReadFailure> failure;
+};
+asio::awaitable<bool> reads_stream(ServerRequest r, StreamStats* stats, std::size_t stop_after) {
+  if (r.body == nullptr) {
+    co_await r.writer->send_full(200, "text/plain", "pipelined-ok");
+    co_return r.writer->keep_alive();
+  }
+  stats->whole_body_given = !r.request->body().empty();
+  for (;;) {
+    auto piece = co_await r.body->next();
+    if (piece.failure) {
+      stats->failure = piece.failure;
+      co_return false;
+    }
+    stats->total += piece.data.size();
+    stats->largest = std::max(stats->largest, piece.data.size());
+    ++stats->pieces;
+    if (stats->total >= stop_after && !piece.end) {
+      r.writer->refuse_keep_alive();
+      co_await r.writer->send_full(413, "text/plain", "enough");
+      co_return false;
+    }
+    if (piece.end) {
+      break;
+    }
+  }
+  co_await r.writer->send_full(200, "text/plain", "got " + std::to_string(stats->total));
+  co_return r.writer->keep_alive();
+}
+
+std::optional<StreamedBody> streams_uploads(const Request& head) {
+  if (head.target() == "/upload") {
+    return StreamedBody{1024 * 1024, "test.upload_limit"};
+  }
+  return std::nullopt;
+}
+
+TEST_F(SessionTest, AStreamedBodyComesInPiecesPastTheBodyLimitAndAPipelinedRequestFollows) {
+  StreamStats stats;
+  hooks_.handle = [&stats](ServerRequest r) { return reads_stream(r, &stats, SIZE_MAX); };
+  hooks_.stream_body = streams_uploads;
+  connect();
+  const std::string body(200'000, 'u');  // the listener's body limit is 1024
+  script("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 200000\r\n\r\n" + body +
+         "GET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+  run();
+  EXPECT_EQ(received_.rfind("HTTP/1.1 200 ", 0), 0u) << received_.substr(0, 200);
+  EXPECT_NE(received_.find("got 200000"), std::string::npos);
+  EXPECT_NE(received_.find("pipelined-ok"), std::string::npos);  // the pipelined request
+  EXPECT_EQ(stats.total, 200'000u);
+  EXPECT_GT(stats.pieces, 1u);
+  EXPECT_LE(stats.largest, 64u * 1024);  // never the whole body
+  EXPECT_FALSE(stats.whole_body_given);
+}
+
+TEST_F(SessionTest, AStreamedBodyOverItsOwnLimitIs413FromTheHead) {
+  StreamStats stats;
+  hooks_.handle = [&stats](ServerRequest r) { return reads_stream(r, &stats, SIZE_MAX); };
+  hooks_.stream_body = streams_uploads;
+  connect();
+  script("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 2000000\r\n\r\n");
+  run();
+  EXPECT_EQ(received_.rfind("HTTP/1.1 413 ", 0), 0u) << received_;
+  EXPECT_NE(received_.find("test.upload_limit"), std::string::npos) << received_;
+  EXPECT_EQ(stats.pieces, 0u);
+}
+
+TEST_F(SessionTest, AHeadRefusedByTheCheckIsNeverStreamed) {
+  StreamStats stats;
+  bool asked = false;
+  hooks_.handle = [&stats](ServerRequest r) { return reads_stream(r, &stats, SIZE_MAX); };
+  hooks_.check_head = [](const Request&) -> std::optional<ErrorReply> {
+    return ErrorReply{401, "invalid_api_key", "no key", {}};
+  };
+  hooks_.stream_body = [&asked](const Request& head) {
+    asked = true;
+    return streams_uploads(head);
+  };
+  connect();
+  script("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 500000\r\n\r\n");
+  run();
+  EXPECT_EQ(received_.rfind("HTTP/1.1 401 ", 0), 0u) << received_;
+  EXPECT_FALSE(asked);
+  EXPECT_EQ(stats.pieces, 0u);
+}
+
+TEST_F(SessionTest, AnAnswerBeforeTheStreamEndsClosesTheConnection) {
+  StreamStats stats;
+  hooks_.handle = [&stats](ServerRequest r) { return reads_stream(r, &stats, 1); };
+  hooks_.stream_body = streams_uploads;
+  connect();
+  const std::string body(100'000, 'u');
+  script("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n" + body +
+         "GET /x HTTP/1.1\r\nHost: t\r\n\r\n");
+  run();
+  EXPECT_EQ(received_.rfind("HTTP/1.1 413 ", 0), 0u) << received_;
+  EXPECT_NE(received_.find("Connection: close"), std::string::npos);
+  EXPECT_EQ(received_.find("pipelined-ok"), std::string::npos);  // not taken as a request
+  EXPECT_LT(stats.total, 100'000u);
+}
+
+TEST_F(SessionTest, AClientLeavingMidStreamIsAFailureForTheHandler) {
+  StreamStats stats;
+  hooks_.handle = [&stats](ServerRequest r) { return reads_stream(r, &stats, SIZE_MAX); };
+  hooks_.stream_body = streams_uploads;
+  connect();
+  asio::co_spawn(
+      io_,
+      [this]() -> asio::awaitable<void> {
+        const std::string head =
+            "POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n" +
+            std::string(5000, 'u');
+        co_await asio::async_write(*client_, asio::buffer(head), kUseTuple);
+        client_->close();
+        client_done_ = true;
+      },
+      asio::detached);
+  run();
+  ASSERT_TRUE(stats.failure);
+  EXPECT_EQ(*stats.failure, ReadFailure::malformed);
+  EXPECT_LE(stats.total, 5000u);
 }
 
 // Sends bytes and reads at the same time, as an HTTP client that handles early answers does;

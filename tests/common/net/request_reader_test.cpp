@@ -1,5 +1,6 @@
 #include "common/net/request_reader.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -141,6 +142,101 @@ TEST(RequestReader, EndOfStream) {
   body.feed("abc");
   body.feed_eof();
   EXPECT_EQ(body.failure(), ReadFailure::malformed);
+}
+
+// Streams a request's body through take_body, fed in pieces of `step` bytes; the body as taken,
+// the largest piece held at once, and the bytes left unused.
+struct Streamed {
+  std::string body;
+  std::size_t largest = 0;
+  std::string rest;
+  State state = State::reading_head;
+  ReadFailure failure = ReadFailure::closed;
+};
+Streamed stream(std::string_view text, std::size_t step, std::uint64_t limit) {
+  RequestReader reader(16 * 1024);
+  Streamed out;
+  std::string pending;
+  for (std::size_t pos = 0; pos < text.size(); pos += step) {
+    pending += text.substr(pos, step);
+    pending.erase(0, reader.feed(pending));
+    if (reader.state() == State::head_done) {
+      reader.stream_body(limit);
+      EXPECT_TRUE(reader.streaming());
+      pending.erase(0, reader.feed(pending));
+    }
+    std::string piece = reader.take_body();
+    out.largest = std::max(out.largest, piece.size());
+    out.body += piece;
+    if (reader.state() == State::done || reader.state() == State::failed) {
+      out.rest = pending + std::string(text.substr(std::min(text.size(), pos + step)));
+      break;
+    }
+  }
+  out.state = reader.state();
+  out.failure = reader.failure();
+  return out;
+}
+
+TEST(RequestReaderStream, HandsTheBodyOutInPiecesWhereverItIsCut) {
+  std::string data;
+  for (int i = 0; i < 3000; ++i) {
+    data += "line " + std::to_string(i) + "\n";
+  }
+  const std::string head =
+      "POST /v1/files HTTP/1.1\r\nHost: h\r\nContent-Length: " + std::to_string(data.size()) +
+      "\r\n\r\n";
+  for (std::size_t step : {1u, 7u, 100u, 4096u, 1u << 20}) {
+    const Streamed s = stream(head + data + "GET / HTTP/1.1\r\n\r\n", step, 1 << 20);
+    EXPECT_EQ(s.state, State::done) << step;
+    EXPECT_EQ(s.body, data) << step;
+    EXPECT_LE(s.largest, std::max<std::size_t>(step, 1)) << step;  // never the whole body
+    EXPECT_EQ(s.rest, "GET / HTTP/1.1\r\n\r\n") << step;
+  }
+}
+
+TEST(RequestReaderStream, KeepsTheHeadAndItsFacts) {
+  RequestReader reader(16 * 1024);
+  const std::string text =
+      "POST /v1/files HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer k\r\n"
+      "Transfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n";
+  EXPECT_EQ(reader.feed(text), text.size());
+  ASSERT_EQ(reader.state(), State::head_done);
+  reader.stream_body(100);
+  EXPECT_EQ(reader.message().target(), "/v1/files");
+  EXPECT_EQ(reader.message()["Authorization"], "Bearer k");
+  EXPECT_TRUE(reader.head_facts().chunked);
+  EXPECT_TRUE(reader.head_facts().expect_continue);
+  std::string pending = "5\r\nhello\r\n";
+  pending.erase(0, reader.feed(pending));  // a chunk's CRLF may wait for what follows
+  EXPECT_EQ(reader.take_body(), "hello");
+  EXPECT_EQ(reader.take_body(), "");
+  pending += "0\r\n\r\n";
+  pending.erase(0, reader.feed(pending));
+  EXPECT_EQ(pending, "");
+  EXPECT_EQ(reader.state(), State::done);
+  EXPECT_EQ(reader.release().target(), "/v1/files");
+}
+
+TEST(RequestReaderStream, AChunkedBodyIsCutAtTheLimit) {
+  const std::string text =
+      "POST /v1/files HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "a\r\n0123456789\r\na\r\n0123456789\r\n0\r\n\r\n";
+  const Streamed s = stream(text, 3, 15);
+  EXPECT_EQ(s.state, State::failed);
+  EXPECT_EQ(s.failure, ReadFailure::body_too_large);
+}
+
+TEST(RequestReaderStream, AClientLeavingMidBodyIsMalformed) {
+  RequestReader reader(16 * 1024);
+  const std::string head = "POST /v1/files HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\n";
+  reader.feed(head);
+  reader.stream_body(1000);
+  reader.feed("partial");
+  EXPECT_EQ(reader.take_body(), "partial");
+  reader.feed_eof();
+  EXPECT_EQ(reader.state(), State::failed);
+  EXPECT_EQ(reader.failure(), ReadFailure::malformed);
 }
 
 }  // namespace

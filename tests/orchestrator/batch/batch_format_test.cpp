@@ -131,6 +131,123 @@ TEST(MultipartStream, HoldsOnlyADelimitersWorthOfData) {
   EXPECT_EQ(total, 8u << 20);
 }
 
+// An upload body (file part `data`, purpose part `purpose`) as the openai client sends it.
+std::string upload_body(const std::string& data, const std::string& purpose = "batch") {
+  return "--Bd\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n"
+         "Content-Type: application/octet-stream\r\n\r\n" +
+         data + "\r\n--Bd\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n" + purpose +
+         "\r\n--Bd--\r\n";
+}
+
+struct Uploaded {
+  std::vector<std::string> chunks;
+  std::optional<UploadReader::Error> error;
+  std::uint64_t bytes = 0, lines = 0;
+  std::string filename;
+};
+
+// Feeds `body` in pieces of `step` bytes, then finishes (unless an error came first).
+Uploaded upload(const std::string& body, std::size_t step, UploadReader::Limits limits) {
+  Uploaded out;
+  UploadReader reader("Bd", limits, [&](std::string chunk) { out.chunks.push_back(chunk); });
+  for (std::size_t pos = 0; pos < body.size() && !out.error; pos += step) {
+    out.error = reader.feed(std::string_view(body).substr(pos, step));
+  }
+  if (!out.error) {
+    out.error = reader.finish();
+  }
+  out.bytes = reader.bytes();
+  out.lines = reader.lines();
+  out.filename = reader.filename();
+  return out;
+}
+
+TEST(UploadReader, CutsTheFileIntoChunksWhereverTheBodyIsCut) {
+  std::string data;
+  for (int i = 0; i < 500; ++i) {
+    data += "{\"custom_id\":\"r" + std::to_string(i) + "\"}\n";
+  }
+  const std::string body = upload_body(data);
+  for (std::size_t step : {1u, 3u, 64u, 1000u, 100000u}) {
+    const Uploaded u = upload(body, step, {1 << 20, 1000, 256});
+    ASSERT_FALSE(u.error) << step << ": " << u.error->message;
+    std::string joined;
+    for (std::size_t i = 0; i < u.chunks.size(); ++i) {
+      EXPECT_LE(u.chunks[i].size(), 256u);
+      if (i + 1 < u.chunks.size()) {
+        EXPECT_EQ(u.chunks[i].size(), 256u);  // full chunks, the last one the rest
+      }
+      joined += u.chunks[i];
+    }
+    EXPECT_EQ(joined, data) << step;
+    EXPECT_EQ(u.bytes, data.size());
+    EXPECT_EQ(u.lines, 500u);
+    EXPECT_EQ(u.filename, "in.jsonl");
+  }
+}
+
+TEST(UploadReader, CountsALastLineWithoutNewline) {
+  EXPECT_EQ(upload(upload_body("a\nb\nc"), 2, {100, 100, 4}).lines, 3u);
+  EXPECT_EQ(upload(upload_body("a\nb\nc\n"), 2, {100, 100, 4}).lines, 3u);
+  EXPECT_EQ(upload(upload_body(""), 2, {100, 100, 4}).lines, 0u);
+}
+
+TEST(UploadReader, RefusesAFileOverTheSizeLimitWithoutHoldingIt) {
+  const std::string data(10000, 'x');
+  std::size_t stored = 0;
+  UploadReader reader("Bd", {1000, 100, 100}, [&](std::string c) { stored += c.size(); });
+  std::optional<UploadReader::Error> error;
+  const std::string body = upload_body(data);
+  for (std::size_t pos = 0; pos < body.size() && !error; pos += 10) {
+    error = reader.feed(std::string_view(body).substr(pos, 10));
+  }
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->status, 413u);
+  EXPECT_EQ(error->code, "file_too_large");
+  EXPECT_EQ(error->param, "file");
+  EXPECT_NE(error->message.find("batch.max_file_bytes (1000 bytes)"), std::string::npos);
+  EXPECT_LE(stored, 1000u);
+  EXPECT_LE(reader.bytes(), 1010u);  // refused as soon as it went over
+}
+
+TEST(UploadReader, RefusesAFileOverTheLineLimit) {
+  const Uploaded at = upload(upload_body("1\n2\n3\n"), 1, {100, 3, 10});
+  EXPECT_FALSE(at.error);
+  const Uploaded over = upload(upload_body("1\n2\n3\n4\n"), 1, {100, 3, 10});
+  ASSERT_TRUE(over.error);
+  EXPECT_EQ(over.error->status, 413u);
+  EXPECT_NE(over.error->message.find("batch.max_file_lines (3)"), std::string::npos);
+  // The fourth line without its newline is only known at the end.
+  const Uploaded last = upload(upload_body("1\n2\n3\n4"), 100, {100, 3, 10});
+  ASSERT_TRUE(last.error);
+  EXPECT_EQ(last.error->status, 413u);
+}
+
+TEST(UploadReader, RefusesAWrongPurposeAMissingFileAndABrokenBody) {
+  const Uploaded purpose = upload(upload_body("x\n", "fine-tune"), 7, {100, 100, 10});
+  ASSERT_TRUE(purpose.error);
+  EXPECT_EQ(purpose.error->status, 400u);
+  EXPECT_EQ(purpose.error->param, "purpose");
+  const Uploaded none =
+      upload("--Bd\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--Bd--\r\n",
+             5, {100, 100, 10});
+  ASSERT_TRUE(none.error);
+  EXPECT_EQ(none.error->param, "file");
+  const std::string body = upload_body("x\n");
+  const Uploaded cut = upload(body.substr(0, body.size() - 8), 5, {100, 100, 10});
+  ASSERT_TRUE(cut.error);
+  EXPECT_EQ(cut.error->status, 400u);
+  const Uploaded two = upload(upload_body("x\n") + "", 5, {100, 100, 10});
+  EXPECT_FALSE(two.error);
+  const std::string twice =
+      "--Bd\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\na\r\n"
+      "--Bd\r\nContent-Disposition: form-data; name=\"file\"; filename=\"b\"\r\n\r\nb\r\n"
+      "--Bd\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--Bd--\r\n";
+  const Uploaded both = upload(twice, 4, {100, 100, 10});
+  ASSERT_TRUE(both.error);
+  EXPECT_EQ(both.error->status, 400u);
+}
+
 TEST(MultipartStream, RefusesMalformedOrCutShortBodies) {
   auto error = [](const std::string& body) {
     auto got = stream_parts("b", {body});

@@ -23,19 +23,21 @@ TEST(ConfigBatch, DefaultsAreTheEmbeddedOnes) {
   EXPECT_TRUE(c.batch.enabled);
   EXPECT_EQ(c.batch.max_lines, 50'000u);
   EXPECT_EQ(c.batch.max_file_bytes, 200ull * 1024 * 1024);
+  EXPECT_EQ(c.batch.max_file_lines, 1'000'000u);
   EXPECT_EQ(c.batch.max_in_flight, 64u);
   EXPECT_EQ(c.batch.slots_per_batch, 0u);
   EXPECT_EQ(c.batch.max_attempts, 3u);
 }
 
 TEST(ConfigBatch, ReadsEveryKey) {
-  Config c = load_config_string(kModels +
-                                    "storage:\n  path: /tmp/x.db\n"
-                                    "batch:\n  enabled: false\n  max_lines: 10\n"
-                                    "  max_in_flight: 4\n  slots_per_batch: 2\n  max_attempts: 5\n"
-                                    "  retry_backoff: 250ms\n  lease_timeout: 1m\n"
-                                    "  poll_interval: 2s\n  max_file_bytes: 1000\n",
-                                "t.yaml");
+  Config c =
+      load_config_string(kModels +
+                             "storage:\n  path: /tmp/x.db\n"
+                             "batch:\n  enabled: false\n  max_lines: 10\n"
+                             "  max_in_flight: 4\n  slots_per_batch: 2\n  max_attempts: 5\n"
+                             "  retry_backoff: 250ms\n  lease_timeout: 1m\n"
+                             "  poll_interval: 2s\n  max_file_bytes: 1000\n  max_file_lines: 7\n",
+                         "t.yaml");
   EXPECT_EQ(c.storage.path, "/tmp/x.db");
   EXPECT_FALSE(c.batch.enabled);
   EXPECT_EQ(c.batch.max_lines, 10u);
@@ -46,6 +48,7 @@ TEST(ConfigBatch, ReadsEveryKey) {
   EXPECT_EQ(c.batch.lease_timeout.count(), 60'000);
   EXPECT_EQ(c.batch.poll_interval.count(), 2'000);
   EXPECT_EQ(c.batch.max_file_bytes, 1000u);
+  EXPECT_EQ(c.batch.max_file_lines, 7u);
 }
 
 TEST(ConfigBatch, NamesTheKeyOfABadValue) {

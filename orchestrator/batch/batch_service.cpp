@@ -238,12 +238,31 @@ std::string BatchService::new_id(const char* prefix) {
   return prefix + hex(bytes, sizeof bytes);
 }
 
+// Uploads a dead gateway left `uploading` (invisible, but their chunks take space). With SQLite
+// (one gateway per file) every one found at start is such a leftover. A shared database may hold
+// another gateway's upload in progress: there only uploads begun over a day ago are removed (at
+// the defaults an upload may take about 50 minutes: the body timeout plus one more per 4 MiB of
+// a 200 MB file), at start and then hourly.
+void BatchService::sweep_abandoned_uploads(bool at_start) {
+  constexpr storage::UnixMs kDayMs = 24 * 3600 * 1000;
+  const auto now = std::chrono::steady_clock::now();
+  if (!at_start && (!db_->shared() || now - last_sweep_ < std::chrono::hours(1))) {
+    return;
+  }
+  last_sweep_ = now;
+  const storage::UnixMs before = db_->shared() ? now_ms() - kDayMs : now_ms() + 1;
+  if (auto n = db_->delete_abandoned_uploads(before); n > 0) {
+    log::info("removed uploads a previous run left unfinished", {{"files", n}});
+  }
+}
+
 void BatchService::start() {
   if (!db_->shared()) {
     if (auto n = db_->release_all_leases(); n > 0) {
       log::info("batch lines of the previous run are pending again", {{"lines", n}});
     }
   }
+  sweep_abandoned_uploads(true);
   timer_ = std::make_unique<asio::steady_timer>(executor_);
   asio::co_spawn(executor_, run_loop(), asio::detached);
 }
@@ -290,6 +309,7 @@ std::size_t BatchService::running_of(const std::string& batch_id) const {
 void BatchService::tick() {
   auto config = ctx_->configs->snapshot();
   renew_leases(*config);
+  sweep_abandoned_uploads(false);
   const UnixMs now = now_ms();
   for (const auto& batch : db_->active_batches()) {
     switch (batch.status) {

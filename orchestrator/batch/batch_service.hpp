@@ -73,6 +73,7 @@ class BatchService {
                 storage::BatchStatus to);
   void expire(const storage::BatchRecord& batch);
   void renew_leases(const config::Config& config);
+  void sweep_abandoned_uploads(bool at_start);
   std::size_t running_of(const std::string& batch_id) const;
 
   // API
@@ -98,6 +99,7 @@ class BatchService {
   bool woken_ = false;
   bool stopped_ = false;
   std::chrono::steady_clock::time_point last_renew_{};
+  std::chrono::steady_clock::time_point last_sweep_{};
 };
 
 // The most bytes an upload's body (POST /v1/files, multipart) may have: batch.max_file_bytes and

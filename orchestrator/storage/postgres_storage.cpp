@@ -318,6 +318,17 @@ bool PostgresStorage::delete_file(const std::string& owner, const std::string& i
   });
 }
 
+std::int64_t PostgresStorage::delete_abandoned_uploads(UnixMs created_before) {
+  return run([&](pg::Connection& c) {
+    auto r = c.exec(
+        "WITH gone AS (DELETE FROM files WHERE state = 0 AND created_at < $1::bigint RETURNING id),"
+        " chunks AS (DELETE FROM file_chunks WHERE file_id IN (SELECT id FROM gone))"
+        " SELECT count(*) FROM gone",
+        {Param::integer(created_before)});
+    return r.integer(0, 0);
+  });
+}
+
 std::vector<Chunk> PostgresStorage::read_chunks(const std::string& file_id, std::int64_t after_seq,
                                                 int limit) {
   return run([&](pg::Connection& c) {

@@ -42,6 +42,7 @@ class PostgresStorage final : public Storage {
   std::vector<FileRecord> list_files(const std::string& owner, const std::string& purpose,
                                      const std::string& after, int limit) override;
   bool delete_file(const std::string& owner, const std::string& id) override;
+  std::int64_t delete_abandoned_uploads(UnixMs created_before) override;
   std::vector<Chunk> read_chunks(const std::string& file_id, std::int64_t after_seq,
                                  int limit) override;
 

@@ -391,6 +391,20 @@ bool SqliteStorage::delete_file(const std::string& owner, const std::string& id)
   return deleted;
 }
 
+std::int64_t SqliteStorage::delete_abandoned_uploads(UnixMs created_before) {
+  Transaction tx(db_);
+  prepare(
+      "DELETE FROM file_chunks WHERE file_id IN"
+      " (SELECT id FROM files WHERE state = 0 AND created_at < ?)")
+      .bind(created_before)
+      .run();
+  auto s = prepare("DELETE FROM files WHERE state = 0 AND created_at < ?");
+  s.bind(created_before).run();
+  const std::int64_t n = s.changes();
+  tx.commit();
+  return n;
+}
+
 std::vector<Chunk> SqliteStorage::read_chunks(const std::string& file_id, std::int64_t after_seq,
                                               int limit) {
   auto s = prepare(

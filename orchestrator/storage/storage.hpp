@@ -204,6 +204,9 @@ class Storage {
                                              const std::string& after, int limit) = 0;
   // Removes the record and its chunks (any state). False when not found or not owner's.
   virtual bool delete_file(const std::string& owner, const std::string& id) = 0;
+  // Removes every upload still `uploading` that was created before `created_before`, with its
+  // chunks: what a gateway that died mid-upload left behind. Returns how many.
+  virtual std::int64_t delete_abandoned_uploads(UnixMs created_before) = 0;
   // Chunks of an upload with seq > after_seq, in order, at most `limit`: a body is read in pieces.
   virtual std::vector<Chunk> read_chunks(const std::string& file_id, std::int64_t after_seq,
                                          int limit) = 0;

@@ -3,7 +3,8 @@
 // client, stored byte for byte, with the gateway's peak RSS clearly below the file's size; a file
 // over batch.max_file_bytes or batch.max_file_lines gets a 413 in OpenAI's error shape; an
 // unauthenticated upload is refused from its head, before any body byte is sent; a client that
-// leaves mid-upload leaves no file record and no chunk behind. SQLite (the file bodies live in
+// leaves mid-upload leaves no file record and no chunk behind, and one killed mid-upload leaves
+// nothing the next start does not remove. SQLite (the file bodies live in
 // its database file, which the test reads with the sqlite3 command-line tool).
 
 import assert from 'node:assert/strict';
@@ -220,6 +221,45 @@ describe('POST /v1/files streams the upload', () => {
     assert.equal(sql(db, 'select count(*) from file_chunks where file_id not in (select id from files)'), '0');
     // The gateway still serves uploads.
     const ok = await uploadFetch(gw, '{"a":1}\n');
+    assert.equal(ok.status, 200, ok.text);
+  });
+});
+
+describe('a gateway killed mid-upload', () => {
+  test('the next start removes the unfinished upload and its chunks', async (t) => {
+    const dir = makeTempDir('fleetgate-upload-kill-');
+    t.after(() => removeDir(dir));
+    const db = path.join(dir, 'batch.db');
+    const config = {
+      server: { api_keys_env: 'FG_IT_UPLOAD_KEYS' },
+      models: [{ name: MODEL, local: { count: 1, engine: 'sim', profile: 'fast-test', time_scale: 20, slots: 1 } }],
+      health: { interval: '300ms', timeout: '200ms' },
+      storage: { path: db },
+    };
+    const options = { env: { FLEETGATE_AGENT_BIN: AGENT_BIN, FG_IT_UPLOAD_KEYS: KEY }, timeoutMs: 15000 };
+    const first = await startGateway(config, options);
+    t.after(() => first.kill());
+    const client = await rawConnect(first.publicUrl);
+    const length = Buffer.byteLength(PART_HEAD) + 10 * MIB + Buffer.byteLength(TAIL);
+    await client.write(uploadHead(first, { length }) + PART_HEAD);
+    await client.write(Buffer.alloc(3 * MIB, 'k'));
+    await eventually(() => Number(sql(db, `select count(*) from file_chunks where file_id in (select id from files where state = ${UPLOADING})`)) >= 2, {
+      timeoutMs: 20000,
+      what: 'chunks of the upload stored',
+    });
+    await first.kill(); // SIGKILL: no chance to clean up
+    client.socket.destroy();
+    assert.equal(sql(db, `select count(*) from files where state = ${UPLOADING}`), '1', 'the dead gateway left its upload');
+
+    const second = await startGateway(config, options);
+    t.after(() => stopChecked(second));
+    await eventually(() => sql(db, `select count(*) from files where state = ${UPLOADING}`) === '0', {
+      timeoutMs: 10000,
+      what: 'the unfinished upload removed at start',
+    });
+    assert.equal(sql(db, 'select count(*) from file_chunks'), '0', 'and its chunks');
+    assert.ok(second.logs.some((l) => l.msg === 'removed uploads a previous run left unfinished' && l.files === 1));
+    const ok = await uploadFetch(second, '{"a":1}\n');
     assert.equal(ok.status, 200, ok.text);
   });
 });

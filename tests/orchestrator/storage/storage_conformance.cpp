@@ -289,6 +289,27 @@ TEST_P(StorageConformance, ExpiredLeasesOfACrashedGatewayGoToAnother) {
   EXPECT_FALSE(db_->release_line("batch_a", 0, "gw1", 0));
 }
 
+TEST_P(StorageConformance, AbandonedUploadsAreDeletedWithTheirChunks) {
+  // An upload whose gateway died midway stays `uploading` forever unless swept.
+  db_->create_file(upload("file-old", "alice", 100));
+  db_->append_chunk("file-old", 0, "abc");
+  db_->create_file(upload("file-new", "alice", 300));
+  db_->append_chunk("file-new", 0, "def");
+  db_->create_file(upload("file-done", "alice", 100));
+  db_->append_chunk("file-done", 0, "ghi");
+  ASSERT_TRUE(db_->finish_upload("file-done", 3));
+
+  EXPECT_EQ(db_->delete_abandoned_uploads(200), 1);
+  EXPECT_TRUE(db_->read_chunks("file-old", -1, 10).empty());
+  EXPECT_FALSE(db_->delete_file("alice", "file-old"));
+  // Younger uploads and finished files stay.
+  ASSERT_EQ(db_->read_chunks("file-new", -1, 10).size(), 1u);
+  EXPECT_TRUE(db_->finish_upload("file-new", 3));
+  ASSERT_TRUE(db_->get_file("alice", "file-done"));
+  EXPECT_EQ(db_->read_chunks("file-done", -1, 10).size(), 1u);
+  EXPECT_EQ(db_->delete_abandoned_uploads(1000), 0);
+}
+
 TEST_P(StorageConformance, ReleaseAllLeasesReturnsThemAtOnce) {
   db_->create_batch(batch("batch_a", "alice", 1));
   db_->add_lines("batch_a", lines(3));

@@ -13,6 +13,7 @@
 #include "replica-agent/registration/ends_at.hpp"
 #include "replica-agent/registration/registrar.hpp"
 #include "replica-agent/tunnel/tunnel.hpp"
+#include "replica-agent/tunnel/tunnel_key.hpp"
 
 namespace fg::agent {
 
@@ -28,9 +29,13 @@ asio::awaitable<void> serve_connection(const net::SessionHooks* hooks,
 
 // The value of a variable a key names; empty or unset is a start-up error naming the key, and so
 // is a control character (CR or LF in a header value would add header lines).
-std::string required_env(const std::string& variable, const char* key) {
+// The value of a secret's variable; unset or empty is an error when required, else "".
+std::string env_secret(const std::string& variable, const char* key, bool required = true) {
   const char* value = std::getenv(variable.c_str());
   if (value == nullptr || *value == '\0') {
+    if (!required) {
+      return "";
+    }
     throw std::runtime_error(std::string(key) + ": the environment variable " + variable +
                              " is not set or empty");
   }
@@ -111,17 +116,24 @@ Agent::Agent(AgentConfig config) : signals_(io_, SIGTERM, SIGINT), drain_timer_(
   AgentContext* ctx = ctx_.get();
   const AgentConfig& cfg = ctx->config;
   if (!cfg.api_key_env.empty()) {
-    ctx->api_key = BearerKeys({required_env(cfg.api_key_env, "api_key_env")});
+    ctx->api_key = BearerKeys({env_secret(cfg.api_key_env, "api_key_env")});
   }
   std::string registration_token;
   if (cfg.gateway.enabled()) {
-    registration_token = required_env(cfg.gateway.token_env, "gateway.token_env");
+    registration_token = env_secret(cfg.gateway.token_env, "gateway.token_env");
   }
   std::string tunnel_key;
   std::string bridge_socket;
   if (cfg.tunnel.kind == TunnelKind::acurast) {
-    tunnel_key = required_env(cfg.tunnel.key_env, "tunnel.key_env");
-    bridge_socket = required_env("BRIDGE_SOCKET", "tunnel.kind acurast");
+    // Unset: a deployment of several phones (one environment for all) cannot share a key, so
+    // each phone makes its own; its URL is then new at each start.
+    tunnel_key = env_secret(cfg.tunnel.key_env, "tunnel.key_env", false);
+    if (tunnel_key.empty()) {
+      tunnel_key = make_tunnel_key();
+      log::info("tunnel key: the variable is not set, made a new one (a new URL at each start)",
+                {{"variable", cfg.tunnel.key_env}});
+    }
+    bridge_socket = env_secret("BRIDGE_SOCKET", "tunnel.kind acurast");
   }
   ctx->ends_at = deployment_ends_at(cfg);
   ctx->device = read_device_facts();

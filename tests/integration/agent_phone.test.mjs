@@ -361,12 +361,30 @@ while True:
     }
   });
 
-  test('a missing key or bridge stops the start naming it', async () => {
+  test('without a key (a deployment of several phones) the agent makes its own P-256 key', async () => {
+    // Every phone of a deployment gets the same environment, so `fleetgate deploy acurast` passes
+    // no key unless stable_url (one phone): the agent used to refuse to start then.
+    const bridge = await startFakeBridge({ deploymentId: 'dep-nokey', urlFor: (p) => `http://${p.localAddr}` });
+    const gw = await startFakeGateway();
+    const env = { FG_PHONE_TOKEN: TOKEN, ...bridge.env, FLEETGATE_TUNNEL_KEY: '' };
+    const agent = await startAgent([...baseArgs, ...gatewayArgs(gw), '--tunnel', 'acurast'], { env });
+    try {
+      await eventually(() => gw.of('register').length > 0, { timeoutMs: 10000, what: 'registration' });
+      const key = bridge.calls.find((c) => c.method === 'tunnel_start').params.primaryKey.bytes;
+      const parsed = crypto.createPrivateKey({ key: Buffer.from(key, 'base64'), format: 'der', type: 'pkcs8' });
+      assert.equal(parsed.asymmetricKeyDetails.namedCurve, 'prime256v1');
+      assert.ok(agent.logs.some((l) => l.msg.startsWith('tunnel key: the variable is not set, made a new one') && l.variable === 'FLEETGATE_TUNNEL_KEY'));
+      assert.ok(!agent.logs.some((l) => JSON.stringify(l).includes(key)), 'the key is never logged');
+    } finally {
+      stopAgent(agent);
+      await gw.close();
+      await bridge.close();
+    }
+  });
+
+  test('a missing bridge or a bad end time stops the start naming it', async () => {
     const { spawnSync } = await import('node:child_process');
     const { AGENT_BIN } = await import('./lib/agent.mjs');
-    const r = spawnSync(AGENT_BIN, [...baseArgs, '--tunnel', 'acurast'], { env: { ...process.env, FLEETGATE_TUNNEL_KEY: '', BRIDGE_SOCKET: 'x' }, encoding: 'utf8', timeout: 5000 });
-    assert.equal(r.status, 1);
-    assert.match(r.stderr, /tunnel.key_env: the environment variable FLEETGATE_TUNNEL_KEY is not set or empty/);
     const r2 = spawnSync(AGENT_BIN, [...baseArgs, '--tunnel', 'acurast'], { env: { ...process.env, FLEETGATE_TUNNEL_KEY: 'k', BRIDGE_SOCKET: '' }, encoding: 'utf8', timeout: 5000 });
     assert.equal(r2.status, 1);
     assert.match(r2.stderr, /BRIDGE_SOCKET is not set or empty/);

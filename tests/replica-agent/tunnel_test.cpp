@@ -1,9 +1,15 @@
-// The Acurast bridge's JSON-RPC (tunnel/bridge_rpc.hpp) and the deployment end time
-// (registration/ends_at.hpp).
+// The Acurast bridge's JSON-RPC (tunnel/bridge_rpc.hpp), the deployment end time
+// (registration/ends_at.hpp) and the tunnel key the agent makes (tunnel/tunnel_key.hpp).
+#include <algorithm>
+#include <vector>
+
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
 
 #include "replica-agent/registration/ends_at.hpp"
 #include "replica-agent/tunnel/bridge_rpc.hpp"
+#include "replica-agent/tunnel/tunnel_key.hpp"
 
 namespace fg::agent {
 namespace {
@@ -83,6 +89,34 @@ TEST(AgentEndsAt, FormatsUtc) {
   EXPECT_EQ(format_rfc3339_utc(1709164800 + 86399), "2024-02-29T23:59:59Z");
   for (std::int64_t t : {0LL, 951782400LL, 4102444799LL, 1796407200LL}) {
     EXPECT_EQ(parse_rfc3339(format_rfc3339_utc(t)), t);
+  }
+}
+
+// A key made by the agent (no tunnel.key_env value) is what tunnel_start takes: base64 of a
+// P-256 key's PKCS#8 DER, a new one each time.
+TEST(AgentTunnelKey, MadeKeyIsBase64Pkcs8P256) {
+  const std::string a = make_tunnel_key();
+  const std::string b = make_tunnel_key();
+  EXPECT_NE(a, b);
+  for (const std::string& text : {a, b}) {
+    ASSERT_EQ(text.size() % 4, 0U);
+    std::vector<unsigned char> der(text.size());
+    int n = EVP_DecodeBlock(der.data(), reinterpret_cast<const unsigned char*>(text.data()),
+                            static_cast<int>(text.size()));
+    ASSERT_GT(n, 0);
+    n -= static_cast<int>(std::count(text.end() - 2, text.end(), '='));
+    const unsigned char* p = der.data();
+    PKCS8_PRIV_KEY_INFO* info = d2i_PKCS8_PRIV_KEY_INFO(nullptr, &p, n);
+    ASSERT_NE(info, nullptr) << "not PKCS#8";
+    EXPECT_EQ(p, der.data() + n) << "trailing bytes";
+    EVP_PKEY* key = EVP_PKCS82PKEY(info);
+    PKCS8_PRIV_KEY_INFO_free(info);
+    ASSERT_NE(key, nullptr);
+    char curve[64] = {};
+    size_t len = 0;
+    EXPECT_EQ(EVP_PKEY_get_utf8_string_param(key, "group", curve, sizeof curve, &len), 1);
+    EXPECT_STREQ(curve, "prime256v1");
+    EVP_PKEY_free(key);
   }
 }
 

@@ -114,7 +114,14 @@ process.on('exit', () => {
 // and its JSON log lines (`logs`, from stderr); PIDs of engines it reports ("engine started") are
 // killed too when the test process exits.
 export function startEmulated(bin, args, { env = {}, name = path.basename(bin) } = {}) {
-  const proc = spawn(findQemu(), [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+  return startLogged(findQemu(), [bin, ...args], { env: { ...process.env, ...env }, name });
+}
+
+// The same for any command that ends up running an emulated agent (the fake Acurast processor
+// runs the project's entry script, which execs it): `env` is the whole environment (nothing of
+// the test's own is added), `cwd` its working folder.
+export function startLogged(command, args, { env, cwd = undefined, name = path.basename(command) }) {
+  const proc = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], env, cwd });
   live.add(proc.pid);
   const child = {
     name,

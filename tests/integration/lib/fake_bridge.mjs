@@ -17,7 +17,9 @@
 // 2 connected, 3 failed. By default tunnel_start answers with the URL the real network would give
 // (https://<first 8 hex of sha256(compressed P-256 public key)>.<domainSuffix>); a test that wants
 // the gateway to reach the agent passes urlFor (for example params => `http://${params.localAddr}`,
-// or a local TLS front).
+// or a local TLS front). onTunnel(event, tunnel) is told of every change, so such a front can
+// follow the tunnel: 'start' (after a successful tunnel_start), 'drop' (dropTunnel()) and 'stop'
+// (tunnel_stop).
 
 import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes } from 'node:crypto';
 import net from 'node:net';
@@ -47,13 +49,14 @@ export function tunnelUrlForKey(keyBase64, domainSuffix = 'acu.run') {
 // Starts the bridge. Options: deploymentId, processorVersion, urlFor(params) -> url (default: the
 // key-derived URL), failStart (tunnel_start answers a JSON-RPC error while true; settable later
 // on the returned object), statusAfterStart (the state tunnel_status reports once started,
-// default 2).
+// default 2), onTunnel(event, tunnel) (see above; settable later too).
 export async function startFakeBridge({
   deploymentId = `dep-${randomBytes(4).toString('hex')}`,
   processorVersion = '1.12.0',
   urlFor = null,
   failStart = false,
   statusAfterStart = TUNNEL_CONNECTED,
+  onTunnel = null,
 } = {}) {
   const name = `fleetgate-bridge-${process.pid}-${randomBytes(6).toString('hex')}`;
   const bridge = {
@@ -66,9 +69,11 @@ export async function startFakeBridge({
     // up: the last tunnel_start succeeded and it was neither dropped nor stopped.
     tunnel: { up: false, state: TUNNEL_STOPPED, params: null, url: null, starts: 0, stops: 0 },
     urlFor,
+    onTunnel,
     dropTunnel() {
       bridge.tunnel.up = false;
       bridge.tunnel.state = TUNNEL_STOPPED;
+      bridge.onTunnel?.('drop', bridge.tunnel);
     },
     countCalls(method) {
       return bridge.calls.filter((c) => c.method === method).length;
@@ -110,6 +115,7 @@ export async function startFakeBridge({
           return { error: { code: -32602, message: `bad key: ${e.message}` } };
         }
         bridge.tunnel = { ...bridge.tunnel, up: true, state: statusAfterStart, params, url, starts: bridge.tunnel.starts + 1 };
+        bridge.onTunnel?.('start', bridge.tunnel);
         return { result: { url, clientId: `client-${bridge.tunnel.starts}` } };
       }
       case 'tunnel_status':
@@ -118,6 +124,7 @@ export async function startFakeBridge({
         bridge.tunnel.up = false;
         bridge.tunnel.state = TUNNEL_STOPPED;
         bridge.tunnel.stops += 1;
+        bridge.onTunnel?.('stop', bridge.tunnel);
         return { result: null };
       default:
         return { error: { code: -32601, message: `method not found: ${method}` } };

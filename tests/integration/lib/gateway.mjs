@@ -311,15 +311,18 @@ export function metricValue(text, name, labels = {}) {
 
 // Starts fleetgate with the given config (an object turned into YAML, or a YAML string).
 // Options: env (added to process.env), files ({name: content} written next to the config),
-// args (extra command-line arguments), timeoutMs (for both listening lines; default 10 s).
-export async function startGateway(config, { env = {}, args = [], timeoutMs = 10000 } = {}) {
+// args (extra command-line arguments), timeoutMs (for both listening lines; default 10 s),
+// prefix (a command that execs the gateway, keeping its PID: e.g. unshare for a private
+// /etc/hosts).
+export async function startGateway(config, { env = {}, args = [], timeoutMs = 10000, prefix = [] } = {}) {
   if (!fs.existsSync(FLEETGATE_BIN)) {
     throw new Error(`fleetgate binary not found at ${FLEETGATE_BIN}: build it (ninja -C build fleetgate) or set FLEETGATE_BIN`);
   }
   const dir = makeTempDir('fleetgate-gw-');
   const configPath = path.join(dir, 'fleetgate.yaml');
   fs.writeFileSync(configPath, typeof config === 'string' ? config : toYaml(withDefaults(config)));
-  const child = spawn(FLEETGATE_BIN, ['--config', configPath, ...args], {
+  const argv = [...prefix, FLEETGATE_BIN, '--config', configPath, ...args];
+  const child = spawn(argv[0], argv.slice(1), {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

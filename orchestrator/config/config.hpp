@@ -173,6 +173,7 @@ struct RoutingConfig {
   double hold_margin = 0.0;
   milliseconds hold_min_gain{1000};
   std::uint32_t max_overtakes = 48;
+  bool affinity_yield = true;
   std::uint32_t scan_window = 64;
   std::int32_t default_priority = 0;
   std::map<std::int32_t, std::uint32_t> band_queue_max;  // priority -> queue limit

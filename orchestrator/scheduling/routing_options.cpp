@@ -46,6 +46,7 @@ RoutingOptions routing_options(const config::RoutingConfig& routing,
   o.hold_margin = routing.hold_margin;
   o.hold_min_gain = routing.hold_min_gain;
   o.max_overtakes = routing.max_overtakes;
+  o.affinity_yield = routing.affinity_yield;
   o.scan_window = routing.scan_window;
   o.default_priority = routing.default_priority;
   o.band_queue_max = routing.band_queue_max;

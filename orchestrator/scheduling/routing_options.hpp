@@ -75,6 +75,12 @@ struct RoutingOptions {
   // (Simulated fraud review, docs/routing.md: 16 -> 1.9x least_loaded's throughput, 32 -> 2.2x,
   // 48 and more -> 2.45x; p95 latency flat.)
   std::uint32_t max_overtakes = 48;
+  // When a slot frees, its cheapest waiter (typically the one whose prefix it holds) lets an
+  // older waiter of its queue have it instead when that older one has no busy replica to wait
+  // for that would beat this slot, while the cheapest one has a busy replica expected to finish
+  // it before the older one would finish here. This moves phones to a prefix that lost its fast
+  // phones at once rather than when its waiters become due (docs/routing.md).
+  bool affinity_yield = true;
   // How many waiters at the head of each tenant's queue are compared when a slot frees.
   std::uint32_t scan_window = 64;
 

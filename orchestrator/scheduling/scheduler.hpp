@@ -288,6 +288,16 @@ class Scheduler {
                                           Pass& pass);
   std::optional<Pick> select_expected_finish(Model& m, const std::vector<std::size_t>& free,
                                              Pass& pass);
+  // The busy replica (not yet promised in this pass) expected to finish the waiter first, and
+  // when; nothing when none could beat free_seconds (the search stops there).
+  struct BusyTarget {
+    BusyReplica* busy = nullptr;
+    double time = 0;
+    double service = 0;
+    TimePoint end{};
+  };
+  BusyTarget best_busy(const Model& m, const Waiter& w, const Estimate& e, double free_seconds,
+                       Pass& pass) const;
   // Leaves the waiter waiting for a busy replica if one is expected to finish it sooner.
   bool try_hold(Model& m, Waiter& w, const Estimate& e, double free_seconds, Pass& pass);
   void clear_hold(Model& m, Waiter& w);

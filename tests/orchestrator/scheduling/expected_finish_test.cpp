@@ -116,6 +116,50 @@ TEST(ExpectedFinish, FreedSlotGoesToTheWaiterItServesCheapest) {
   EXPECT_EQ(pairs(s.release(1, at_seconds(20))), (Pairs{{2, 1}}));
 }
 
+// Three equal phones (100 prompt tok/s, 20 decode) reading instructions 1, `second`, 1; all busy
+// until 70.8 s. Waiting: waiter 4 with instructions `fourth`, then waiter 5 with instructions 1.
+Scheduler three_busy(std::uint64_t second, std::uint64_t fourth, RoutingOptions o = ef()) {
+  Scheduler s(100, o);
+  s.add_model(kModel);
+  for (ReplicaId r = 1; r <= 3; ++r) {
+    s.add_replica(r, kModel, 1);
+    s.set_measured_speeds(r, 100, 20);
+  }
+  EXPECT_EQ(granted(s, 1, review(1, 5000, 1, 2000)), 1u);
+  EXPECT_EQ(granted(s, 2, review(second, 5000, 2, 2000)), 2u);
+  EXPECT_EQ(granted(s, 3, review(1, 5000, 3, 2000)), 3u);
+  queued(s, 4, review(fourth, 5000, 4, 2000), 1);
+  queued(s, 5, review(1, 5000, 5, 2000), 2);
+  return s;
+}
+
+TEST(ExpectedFinish, AffinityYieldsToAnOlderWaiterWithNowhereBetterToGo) {
+  // Phone 3 frees at 60 s. Waiter 5 would take 20.9 s there (instructions cached), and phone 1
+  // or 2, which hold them too, free in 10.8 s: 31.7 s. Waiter 4's instructions are nowhere:
+  // 70.8 s here, 81.6 s behind any busy phone. Giving phone 3 to waiter 5 would leave waiter 4
+  // to wait for a phone that none of its kind will hold until it is due.
+  Scheduler s = three_busy(2, 3);
+  EXPECT_EQ(pairs(s.release(3, at_seconds(60))), (Pairs{{4, 3}}));
+  EXPECT_EQ(s.overtaken(5), 0u);  // served after an older waiter: FIFO, not overtaken
+  EXPECT_EQ(pairs(s.release(1, at_seconds(70))), (Pairs{{5, 1}}));
+}
+
+TEST(ExpectedFinish, AffinityKeepsItsSlotWhenTheOlderWaiterHasABusyReplicaToWaitFor) {
+  // Waiter 4's instructions (2) are on phone 2, free in 10.8 s: 31.7 s there beats 70.8 s on
+  // phone 3, so the cached waiter 5 keeps phone 3 and waiter 4 counts an overtake.
+  Scheduler s = three_busy(2, 2);
+  EXPECT_EQ(pairs(s.release(3, at_seconds(60))), (Pairs{{5, 3}}));
+  EXPECT_EQ(s.overtaken(4), 1u);
+}
+
+TEST(ExpectedFinish, AffinityYieldCanBeTurnedOff) {
+  RoutingOptions o = ef();
+  o.affinity_yield = false;
+  Scheduler s = three_busy(2, 3, o);
+  EXPECT_EQ(pairs(s.release(3, at_seconds(60))), (Pairs{{5, 3}}));
+  EXPECT_EQ(s.overtaken(4), 1u);
+}
+
 TEST(ExpectedFinish, AWaiterIsOvertakenAtMostMaxOvertakesTimes) {
   RoutingOptions o = ef();
   o.max_overtakes = 2;

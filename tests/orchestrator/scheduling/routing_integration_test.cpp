@@ -204,6 +204,9 @@ TEST(RoutingCompletion, FromTheStatsTheRelayRead) {
   EXPECT_DOUBLE_EQ(c.timings->predicted_n, 8);
   EXPECT_DOUBLE_EQ(c.timings->predicted_ms, 444);
   EXPECT_DOUBLE_EQ(c.timings->cache_n.value_or(0), 4992);
+  EXPECT_FALSE(c.truncated);
+  stats.truncated = true;  // finish_reason "length"
+  EXPECT_TRUE(scheduling::completion_from_stats(stats).truncated);
 }
 
 TEST(RoutingCompletion, PartialTimingsAreNoTimings) {

@@ -490,7 +490,7 @@ double Scheduler::service_seconds(ReplicaId id, const Estimate& e, const Request
           : cache_.expected_cached_blocks(id, request.prompt_blocks, also_idle);
   const double uncached = e.prompt_tokens - cached_tokens(e, blocks);
   return uncached * speeds_.prefill_seconds_per_token(id) +
-         e.answer_tokens * speeds_.decode_seconds_per_token(id);
+         decode_steps(e.answer_tokens) * speeds_.decode_seconds_per_token(id);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -850,7 +850,8 @@ Grant Scheduler::bind(Model& m, const Pick& pick) {
   b.answer_tokens = e.answer_tokens;
   const double uncached = b.prompt_tokens - b.cached_tokens;
   b.expected_end = after(now_, uncached * speeds_.prefill_seconds_per_token(id) +
-                                   b.answer_tokens * speeds_.decode_seconds_per_token(id));
+                                   decode_steps(b.answer_tokens) *
+                                       speeds_.decode_seconds_per_token(id));
   b.charged = uncached + b.answer_tokens;
   pick.place.tenant->usage += b.charged / weight(b.tenant);
   if (!b.group.empty()) {

@@ -32,7 +32,7 @@ RoutingOptions routing_options(const config::RoutingConfig& routing,
   using std::chrono::duration_cast;
   using std::chrono::seconds;
   RoutingOptions o;
-  o.policy = parse_policy(routing.policy).value_or(RoutingPolicy::least_loaded);
+  o.policy = parse_policy(routing.policy).value_or(RoutingPolicy::expected_finish);
   o.default_prefill_tps = routing.default_prefill_tps;
   o.default_decode_tps = routing.default_decode_tps;
   o.speed_smoothing = routing.speed_smoothing;

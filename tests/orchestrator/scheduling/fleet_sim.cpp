@@ -286,7 +286,7 @@ class Simulation {
     if (job.interactive) {
       return;
     }
-    if (w.arrival_rate <= 0) {
+    if (w.arrival_rate <= 0 && now_ < w.clients_until) {
       admit(job.client);
     }
   }

@@ -26,6 +26,8 @@ struct Workload {
   std::uint32_t answer_tokens = 8;
   // Closed loop: this many clients, each sending its next request when the last one ends.
   std::uint32_t clients = 64;
+  // The closed-loop clients stop sending at this simulated time (e.g. only to warm the caches).
+  double clients_until = 1e300;
   // Open loop instead, when > 0: Poisson arrivals at this rate (requests per second).
   double arrival_rate = 0;
   // Beside either: an interactive tenant's Poisson arrivals (requests per second) at this

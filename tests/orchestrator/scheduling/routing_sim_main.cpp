@@ -71,7 +71,7 @@ int main() {
   row("least_loaded (HAProxy leastconn)", base, base.per_hour);
   fraud.options = with(RoutingPolicy::expected_finish);
   row("expected_finish (defaults)", sim::run(fraud), base.per_hour);
-  for (unsigned overtakes : {0u, 4u, 8u, 32u, 64u, 256u}) {
+  for (unsigned overtakes : {0u, 4u, 8u, 32u, 48u, 64u, 256u}) {
     fraud.options = with(RoutingPolicy::expected_finish);
     fraud.options.max_overtakes = overtakes;
     row("  max_overtakes " + std::to_string(overtakes), sim::run(fraud), base.per_hour);
@@ -89,6 +89,11 @@ int main() {
   fraud.options = with(RoutingPolicy::expected_finish);
   fraud.options.exploration = 0;
   row("  exploration 0", sim::run(fraud), base.per_hour);
+  fraud.options = with(RoutingPolicy::expected_finish);
+  fraud.options.affinity_yield = false;
+  row("  affinity_yield false", sim::run(fraud), base.per_hour);
+  fraud.options.max_overtakes = 48;
+  row("  affinity_yield false, max_overtakes 48", sim::run(fraud), base.per_hour);
 
   // Where the affinity is lost (grants whose phone did not hold their prefix).
   std::printf("\nFraud review, where affinity is lost (after the warm-up)\n");
@@ -96,17 +101,19 @@ int main() {
   profile("least_loaded", sim::run(fraud));
   fraud.options = with(RoutingPolicy::expected_finish);
   profile("expected_finish (defaults)", sim::run(fraud));
-  for (unsigned overtakes : {128u, 1000000u}) {
-    fraud.options = with(RoutingPolicy::expected_finish);
-    fraud.options.max_overtakes = overtakes;
-    profile("  max_overtakes " + std::to_string(overtakes), sim::run(fraud));
-  }
+  fraud.options = with(RoutingPolicy::expected_finish);
+  fraud.options.affinity_yield = false;
+  profile("  affinity_yield false", sim::run(fraud));
+  fraud.options.max_overtakes = 48;
+  profile("  affinity_yield false, max_overtakes 48", sim::run(fraud));
 
   // Two tenants: the interactive tenant (one review a minute, priority 10) alone on the fraud
-  // fleet, then beside a batch tenant's 48 closed-loop clients.
-  std::printf("\nTwo tenants: interactive reviews (Poisson, 1/min, priority 10) alone, then beside 48 batch clients\n");
+  // fleet (warmed by the fraud review's clients for 10 minutes), then beside a batch tenant's 48
+  // closed-loop clients.
+  std::printf("\nTwo tenants: interactive reviews (Poisson, 1/min, priority 10) alone on the warm fleet, then beside 48 batch clients\n");
   sim::Config idle = fraud;
-  idle.workload.clients = 0;
+  idle.workload.clients_until = idle.warmup_seconds;
+  idle.warmup_seconds += 600;  // the last reviews of the warm-up end
   idle.workload.interactive_rate = 1.0 / 60;
   sim::Config busy = fraud;
   busy.workload.clients = 48;
@@ -116,6 +123,11 @@ int main() {
     busy.options = with(policy);
     tenants_row(fg::scheduling::to_string(policy), sim::run(idle), sim::run(busy));
   }
+  idle.options = with(RoutingPolicy::expected_finish);
+  busy.options = with(RoutingPolicy::expected_finish);
+  busy.options.affinity_yield = false;
+  busy.options.max_overtakes = 48;
+  tenants_row("  affinity_yield false, overtakes 48", sim::run(idle), sim::run(busy));
 
   // The second benchmark: phones 10x apart, open-loop Poisson arrivals at half the
   // fleet's capacity, every prompt its own (no cache to find).

@@ -76,8 +76,8 @@ struct RoutingOptions {
   // A waiter lets at most this many later waiters of its own queue (same band and tenant) take a
   // slot it could have used; then it is served first (FIFO) by the next slot it can use. Its
   // extra wait beyond FIFO order is therefore at most this many slot turnovers. 0: strict FIFO.
-  // (Simulated fraud review with affinity_yield, 3 seeds, docs/routing.md: 48 -> 2.45x
-  // least_loaded's reviews per hour, 96 -> 2.57x, 128 and more -> 2.60x; p95 flat, max lower.)
+  // (Simulated fraud review with affinity_yield, 4 seeds, docs/routing.md: 48 -> 2.49x
+  // least_loaded's reviews per hour, 64 -> 2.51x, 128 and more -> 2.62x; p95 flat.)
   std::uint32_t max_overtakes = 128;
   // When a slot frees, its cheapest waiter (typically the one whose prefix it holds) lets an
   // older waiter of its queue have it instead when that older one has no busy replica to wait

@@ -33,6 +33,10 @@ struct AnswerStats {
   std::optional<std::uint64_t> predicted_n;
   std::optional<double> predicted_ms;
   std::optional<std::uint64_t> cache_n;
+  // Whether the token limit cut the answer: choices[0].finish_reason "length" (chat,
+  // completions), status "incomplete" for max_output_tokens (Responses), stop_reason
+  // "max_tokens" (Anthropic). Unset when the answer says neither.
+  std::optional<bool> truncated;
 };
 
 // From a whole (non-streamed) answer.

@@ -91,6 +91,7 @@ const std::vector<std::string> kRoutingKeys = {"queue_max",
                                                "hold_margin",
                                                "hold_min_gain",
                                                "max_overtakes",
+                                               "affinity_yield",
                                                "scan_window",
                                                "default_priority",
                                                "band_queue_max",
@@ -638,6 +639,7 @@ class Parser {
     number("hold_margin", out.hold_margin, 0, 100);
     s.read_duration("hold_min_gain", out.hold_min_gain, true);
     s.read_whole("max_overtakes", out.max_overtakes);
+    s.read_bool("affinity_yield", out.affinity_yield);
     s.read_whole("scan_window", out.scan_window, 1);
     if (const Value* v = s.find("default_priority")) {
       out.default_priority = read_priority(*v);

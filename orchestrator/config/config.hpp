@@ -159,7 +159,7 @@ struct RoutingConfig {
   milliseconds keepalive_interval{15'000};  // SSE ": keep-alive" while waiting; 0 = never
 
   // The scheduler's knobs (docs/routing.md; scheduling::RoutingOptions holds the same defaults).
-  std::string policy = "least_loaded";  // least_loaded | expected_finish
+  std::string policy = "expected_finish";  // expected_finish | least_loaded
   double default_prefill_tps = 50.0;
   double default_decode_tps = 10.0;
   double speed_smoothing = 0.2;
@@ -172,7 +172,8 @@ struct RoutingConfig {
   double slot_prompt_similarity = 0.1;
   double hold_margin = 0.0;
   milliseconds hold_min_gain{1000};
-  std::uint32_t max_overtakes = 48;
+  std::uint32_t max_overtakes = 128;
+  bool affinity_yield = true;
   std::uint32_t scan_window = 64;
   std::int32_t default_priority = 0;
   std::map<std::int32_t, std::uint32_t> band_queue_max;  // priority -> queue limit

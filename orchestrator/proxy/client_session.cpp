@@ -259,10 +259,12 @@ scheduling::Completion completion_of(const ExchangeResult& result,
                                      const ClientWriter& writer, bool stream) {
   scheduling::Completion c = scheduling::completion_from_stats(result.stats);
   c.ok = result.upstream_status == 200;
-  // finish_reason is not read (it sits beside the answer's text): an answer as long as
-  // max_tokens was most likely cut by it.
-  c.truncated =
-      request.max_tokens && c.completion_tokens && *c.completion_tokens >= *request.max_tokens;
+  // The answer's finish reason says whether max_tokens cut it (completion_from_stats); an
+  // answer that says none and is as long as max_tokens most likely was.
+  if (!result.stats.truncated) {
+    c.truncated =
+        request.max_tokens && c.completion_tokens && *c.completion_tokens >= *request.max_tokens;
+  }
   const auto now = Clock::now();
   c.duration = now - lease.granted_at();
   if (stream) {

@@ -32,7 +32,7 @@ RoutingOptions routing_options(const config::RoutingConfig& routing,
   using std::chrono::duration_cast;
   using std::chrono::seconds;
   RoutingOptions o;
-  o.policy = parse_policy(routing.policy).value_or(RoutingPolicy::least_loaded);
+  o.policy = parse_policy(routing.policy).value_or(RoutingPolicy::expected_finish);
   o.default_prefill_tps = routing.default_prefill_tps;
   o.default_decode_tps = routing.default_decode_tps;
   o.speed_smoothing = routing.speed_smoothing;
@@ -46,6 +46,7 @@ RoutingOptions routing_options(const config::RoutingConfig& routing,
   o.hold_margin = routing.hold_margin;
   o.hold_min_gain = routing.hold_min_gain;
   o.max_overtakes = routing.max_overtakes;
+  o.affinity_yield = routing.affinity_yield;
   o.scan_window = routing.scan_window;
   o.default_priority = routing.default_priority;
   o.band_queue_max = routing.band_queue_max;

@@ -20,7 +20,8 @@ namespace fg::scheduling {
 
 enum class RoutingPolicy {
   // Phones are interchangeable slots: the free replica with the lowest in_flight/slots, ties in
-  // rotation; the oldest waiter first. Today's behaviour, and HAProxy leastconn + maxconn's.
+  // rotation; the oldest waiter first. The earlier gateway's behaviour, and HAProxy leastconn +
+  // maxconn's.
   least_loaded,
   // The replica and waiter with the earliest expected finish (docs/routing.md).
   expected_finish,
@@ -30,7 +31,10 @@ std::optional<RoutingPolicy> parse_policy(std::string_view name);
 const char* to_string(RoutingPolicy policy);
 
 struct RoutingOptions {
-  RoutingPolicy policy = RoutingPolicy::least_loaded;
+  // expected_finish since the routing bench (docs/benchmarks.md) showed it winning all three of
+  // issue 13's scenarios; least_loaded stays for comparison and for operators who want
+  // HAProxy-like behaviour.
+  RoutingPolicy policy = RoutingPolicy::expected_finish;
 
   // --- Learned speeds
   // Before a phone has reported anything (and its agent no autotune figures). The measured
@@ -72,9 +76,15 @@ struct RoutingOptions {
   // A waiter lets at most this many later waiters of its own queue (same band and tenant) take a
   // slot it could have used; then it is served first (FIFO) by the next slot it can use. Its
   // extra wait beyond FIFO order is therefore at most this many slot turnovers. 0: strict FIFO.
-  // (Simulated fraud review, docs/routing.md: 16 -> 1.9x least_loaded's throughput, 32 -> 2.2x,
-  // 48 and more -> 2.45x; p95 latency flat.)
-  std::uint32_t max_overtakes = 48;
+  // (Simulated fraud review with affinity_yield, 4 seeds, docs/routing.md: 48 -> 2.49x
+  // least_loaded's reviews per hour, 64 -> 2.51x, 128 and more -> 2.62x; p95 flat.)
+  std::uint32_t max_overtakes = 128;
+  // When a slot frees, its cheapest waiter (typically the one whose prefix it holds) lets an
+  // older waiter of its queue have it instead when that older one has no busy replica to wait
+  // for that would beat this slot, while the cheapest one has a busy replica expected to finish
+  // it before the older one would finish here. This moves phones to a prefix that lost its fast
+  // phones at once rather than when its waiters become due (docs/routing.md).
+  bool affinity_yield = true;
   // How many waiters at the head of each tenant's queue are compared when a slot frees.
   std::uint32_t scan_window = 64;
 

@@ -490,7 +490,7 @@ double Scheduler::service_seconds(ReplicaId id, const Estimate& e, const Request
           : cache_.expected_cached_blocks(id, request.prompt_blocks, also_idle);
   const double uncached = e.prompt_tokens - cached_tokens(e, blocks);
   return uncached * speeds_.prefill_seconds_per_token(id) +
-         e.answer_tokens * speeds_.decode_seconds_per_token(id);
+         decode_steps(e.answer_tokens) * speeds_.decode_seconds_per_token(id);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -690,14 +690,50 @@ std::optional<Scheduler::Pick> Scheduler::select_expected_finish(
         continue;
       }
       clear_hold(m, w);
+      // Affinity yields to an older waiter with nowhere better to go (docs/routing.md): the
+      // cheapest waiter here also has a busy replica that will finish it before that older one
+      // would finish here, while no busy replica beats this one for the older waiter. Without
+      // this, a prefix that lost its fast phones keeps none until its waiters are due.
+      Entry* yield_to = nullptr;
+      if (!e.due && options_.affinity_yield) {
+        const BusyTarget alt = best_busy(m, w, e.estimate, kInf, pass);
+        const double margin = 1.0 + std::max(options_.hold_margin, 0.0);
+        const double gain = Seconds(options_.hold_min_gain).count();
+        for (std::size_t i = chosen->cursor + 1; alt.busy != nullptr && i < chosen->entries.size();
+             ++i) {
+          Entry& other = chosen->entries[i];
+          Waiter& o = *other.it;
+          if (o.seq > w.seq || o.request.sheddable || !has_index(other.usable, e.index) ||
+              (yield_to != nullptr && yield_to->it->seq < o.seq)) {
+            continue;
+          }
+          const double here =
+              service_seconds(m.replicas[e.index], other.estimate, o.request, std::nullopt);
+          if (!(alt.time * margin + gain < here)) {
+            continue;  // the cheapest would wait longer than the older one takes here
+          }
+          const BusyTarget theirs = best_busy(m, o, other.estimate, here, pass);
+          if (theirs.busy == nullptr || !(theirs.time * margin + gain < here)) {
+            yield_to = &other;
+          }
+        }
+      }
+      const Entry& g = yield_to != nullptr ? *yield_to : e;
       // Older waiters of the same queue that could have used this slot are overtaken, unless
       // they chose to wait for a busy one.
       std::vector<std::list<Waiter>::iterator> overtaken;
-      for (std::size_t i = chosen->cursor + 1; i < chosen->entries.size(); ++i) {
+      for (std::size_t i = chosen->cursor; i < chosen->entries.size(); ++i) {
         const Entry& other = chosen->entries[i];
-        if (other.it->seq < w.seq && has_index(other.usable, e.index)) {
+        if (other.it->seq < g.it->seq && has_index(other.usable, e.index)) {
           overtaken.push_back(other.it);
         }
+      }
+      if (yield_to != nullptr) {
+        clear_hold(m, *g.it);
+        return Pick{.place = {.model = &m, .band = priority, .tenant = chosen->tenant, .it = g.it},
+                    .replica = m.replicas[e.index],
+                    .index = e.index,
+                    .overtaken = std::move(overtaken)};
       }
       std::size_t index = e.index;
       if (options_.exploration > 0 && e.usable.size() > 1 && random_unit() < options_.exploration) {
@@ -714,7 +750,8 @@ std::optional<Scheduler::Pick> Scheduler::select_expected_finish(
   return std::nullopt;
 }
 
-bool Scheduler::try_hold(Model& m, Waiter& w, const Estimate& e, double free_seconds, Pass& pass) {
+Scheduler::BusyTarget Scheduler::best_busy(const Model& m, const Waiter& w, const Estimate& e,
+                                           double free_seconds, Pass& pass) const {
   const bool apply = !w.request.exclude.empty() && exclusions_apply(m, w.request.exclude);
   const double margin = 1.0 + std::max(options_.hold_margin, 0.0);
   const double gain = Seconds(options_.hold_min_gain).count();
@@ -745,6 +782,17 @@ bool Scheduler::try_hold(Model& m, Waiter& w, const Estimate& e, double free_sec
       target_end = frees.end;
     }
   }
+  return {.busy = target, .time = target_time, .service = target_service, .end = target_end};
+}
+
+bool Scheduler::try_hold(Model& m, Waiter& w, const Estimate& e, double free_seconds, Pass& pass) {
+  const double margin = 1.0 + std::max(options_.hold_margin, 0.0);
+  const double gain = Seconds(options_.hold_min_gain).count();
+  const BusyTarget best = best_busy(m, w, e, free_seconds, pass);
+  BusyReplica* target = best.busy;
+  const double target_time = best.time;
+  const double target_service = best.service;
+  const TimePoint target_end = best.end;
   if (target == nullptr) {
     return false;
   }
@@ -802,7 +850,8 @@ Grant Scheduler::bind(Model& m, const Pick& pick) {
   b.answer_tokens = e.answer_tokens;
   const double uncached = b.prompt_tokens - b.cached_tokens;
   b.expected_end = after(now_, uncached * speeds_.prefill_seconds_per_token(id) +
-                                   b.answer_tokens * speeds_.decode_seconds_per_token(id));
+                                   decode_steps(b.answer_tokens) *
+                                       speeds_.decode_seconds_per_token(id));
   b.charged = uncached + b.answer_tokens;
   pick.place.tenant->usage += b.charged / weight(b.tenant);
   if (!b.group.empty()) {

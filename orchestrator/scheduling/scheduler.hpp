@@ -59,9 +59,12 @@ struct Request {
 //   replica has a free slot + uncached prompt tokens / prefill speed + expected answer tokens /
 //   decode speed (learned). A newcomer takes the free replica that finishes it first; a freed
 //   slot goes to the waiter it finishes first among the first scan_window of each tenant's
-//   queue (its cached prefix makes it cheap). A waiter is overtaken at most max_overtakes times
-//   by later waiters of its queue, then it goes first. A free replica stays idle for a waiter
-//   only while a busy replica is expected to finish it sooner by the hold margin (at most one
+//   queue (its cached prefix makes it cheap), unless an older waiter of that queue has no busy
+//   replica worth waiting for while the cheapest one has a busy replica that finishes it before
+//   the older one would finish here (affinity_yield): then the older one takes it. A waiter is
+//   overtaken at most max_overtakes times by later waiters of its queue, then it goes first. A
+//   free replica stays idle for a waiter only while a busy replica is expected to finish it
+//   sooner by the hold margin (at most one
 //   waiter per busy slot, never longer than it would have taken on the free one); the shell
 //   calls tick() at next_wakeup() to re-decide.
 // - Work conservation: at rest, no waiter that can use a free slot waits, except one held for a
@@ -288,6 +291,16 @@ class Scheduler {
                                           Pass& pass);
   std::optional<Pick> select_expected_finish(Model& m, const std::vector<std::size_t>& free,
                                              Pass& pass);
+  // The busy replica (not yet promised in this pass) expected to finish the waiter first, and
+  // when; nothing when none could beat free_seconds (the search stops there).
+  struct BusyTarget {
+    BusyReplica* busy = nullptr;
+    double time = 0;
+    double service = 0;
+    TimePoint end{};
+  };
+  BusyTarget best_busy(const Model& m, const Waiter& w, const Estimate& e, double free_seconds,
+                       Pass& pass) const;
   // Leaves the waiter waiting for a busy replica if one is expected to finish it sooner.
   bool try_hold(Model& m, Waiter& w, const Estimate& e, double free_seconds, Pass& pass);
   void clear_hold(Model& m, Waiter& w);

@@ -88,6 +88,7 @@ Completion completion_from_stats(const openai::AnswerStats& stats) {
   c.prompt_tokens = stats.prompt_tokens;
   c.completion_tokens = stats.completion_tokens;
   c.cached_tokens = stats.cached_tokens;
+  c.truncated = stats.truncated.value_or(false);
   if (stats.prompt_n && stats.prompt_ms && stats.predicted_n && stats.predicted_ms) {
     c.timings = Timings{.prompt_n = static_cast<double>(*stats.prompt_n),
                         .prompt_ms = *stats.prompt_ms,
@@ -203,7 +204,7 @@ void SpeedModel::learn(ReplicaId id, const SpeedSample& sample) {
              (sample.uncached_tokens >= min_prefill || sample.answer_tokens >= min_decode)) {
     // Only the whole duration: both speeds scaled by how far it was off their prediction.
     const double predicted =
-        sample.uncached_tokens * s.prefill_spt + sample.answer_tokens * s.decode_spt;
+        sample.uncached_tokens * s.prefill_spt + decode_steps(sample.answer_tokens) * s.decode_spt;
     if (predicted > 0) {
       const double factor = sample.duration_seconds / predicted;
       if (sample.uncached_tokens >= min_prefill) {

@@ -49,8 +49,15 @@ struct Completion {
 // into one object (chat and completions shapes alike). Missing or mistyped fields stay unset.
 Completion completion_from_answer(const nlohmann::json& answer);
 // The same from what the gateway read while relaying the answer (usage and timings of the body
-// or of the stream's events); truncated and the gateway's times are left for the caller.
+// or of the stream's events; truncated from the finish reason they said); the gateway's times
+// are left for the caller.
 Completion completion_from_stats(const openai::AnswerStats& stats);
+
+// Decode steps of an answer of `tokens` tokens: the first token ends prefill, each later one is
+// a step (llama-server's n_gen_steps, which the decode speed is learned from).
+inline double decode_steps(double tokens) {
+  return tokens > 1 ? tokens - 1 : 0.0;
+}
 
 struct SpeedSnapshot {
   enum class Source { configured_default, agent_measurement, learned };

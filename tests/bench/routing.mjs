@@ -104,7 +104,12 @@ export async function startAgents(bin, scales, { profile = PROFILE, slots = 1 } 
   return agents;
 }
 
-function gatewayYaml({ publicPort, adminPort, agents, policy }) {
+// timeScale: the phones run that many times faster than real time, so the gateway's knobs that
+// are durations of phone work shrink by as much: hold_min_gain (1 s by default, the least gain
+// worth leaving a free phone idle for) would otherwise be worth 100 simulated seconds at 100x,
+// more than a cached review takes, and no request would ever wait for the phone holding its
+// prefix.
+function gatewayYaml({ publicPort, adminPort, agents, policy, timeScale = 1 }) {
   const endpoints = agents.map((a) => `      - {url: ${JSON.stringify(a.url)}, slots: 1}`).join('\n');
   return `# written by tests/bench/routing.mjs
 server:
@@ -117,7 +122,8 @@ models:
     endpoints:
 ${endpoints}
 routing:
-${policy ? `  policy: ${policy}\n` : ''}  queue_max: 100000
+${policy ? `  policy: ${policy}\n` : ''}  hold_min_gain: ${Math.max(1, Math.round(1000 / timeScale))}ms
+  queue_max: 100000
   queue_timeout: 3600s
   request_timeout: 3600s
 upstream:
@@ -139,10 +145,10 @@ function gatewayTakesPolicy(env, dir) {
   return r.status === 0;
 }
 
-async function startGateway(env, dir, agents, policy) {
+async function startGateway(env, dir, agents, policy, timeScale) {
   const [publicPort, adminPort] = await freePorts(2);
   const file = path.join(dir, `fleetgate-${policy ?? 'default'}-${publicPort}.yaml`);
-  fs.writeFileSync(file, gatewayYaml({ publicPort, adminPort, agents, policy }));
+  fs.writeFileSync(file, gatewayYaml({ publicPort, adminPort, agents, policy, timeScale }));
   const proc = new Proc('fleetgate', env.BIN.gateway, ['--config', file]);
   await waitForHttp(`http://127.0.0.1:${adminPort}/healthz`, { proc, timeoutMs: 20000 });
   await waitForPort(publicPort, { proc, timeoutMs: 20000 });
@@ -426,7 +432,7 @@ export async function scenarioRouting(env) {
     policyKey ? { key: 'expected_finish', label: 'Fleetgate expected_finish', policy: 'expected_finish' } : null,
   ].filter(Boolean);
   const start = async (proxy, agents) =>
-    proxy.key === 'haproxy' ? startHaproxy(dir, agents) : startGateway(env, dir, agents, proxy.policy);
+    proxy.key === 'haproxy' ? startHaproxy(dir, agents) : startGateway(env, dir, agents, proxy.policy, T);
 
   const prefixRandom = rng(7);
   const prefixes = [0, 1, 2, 3].map((k) => text(5000 * CHARS_PER_TOKEN, prefixRandom, `Instruction set ${k}.`));

@@ -213,6 +213,60 @@ TEST(ReadStats, AnthropicStreamStartThenDelta) {
   EXPECT_EQ(stats.completion_tokens, 12u);
 }
 
+// Whether the answer was cut by its token limit: choices[0].finish_reason (chat, completions),
+// the response's status and incomplete_details (Responses API), stop_reason (Anthropic).
+TEST(ReadStats, FinishReasonSaysWhetherTheTokenLimitCutTheAnswer) {
+  AnswerStats cut;
+  read_stats_from_body(
+      Api::openai,
+      R"({"choices":[{"index":0,"message":{"role":"assistant","content":"\"finish_reason\":\"stop\" is text"},"finish_reason":"length"}],"usage":{"completion_tokens":8}})",
+      cut);
+  EXPECT_EQ(cut.truncated, true);
+  AnswerStats whole;
+  read_stats_from_body(Api::openai,
+                       R"({"choices":[{"text":"x","finish_reason":"stop"}],"usage":{}})", whole);
+  EXPECT_EQ(whole.truncated, false);
+  AnswerStats none;
+  read_stats_from_body(Api::openai, R"({"object":"list","data":[],"usage":{}})", none);
+  EXPECT_FALSE(none.truncated);
+
+  AnswerStats stream;
+  read_stats_from_event(Api::openai,
+                        {"", R"({"choices":[{"delta":{"content":"hi"},"finish_reason":null}]})", ""},
+                        stream);
+  EXPECT_FALSE(stream.truncated);
+  read_stats_from_event(
+      Api::openai, {"", R"({"choices":[{"delta":{},"finish_reason":"length","index":0}]})", ""},
+      stream);
+  EXPECT_EQ(stream.truncated, true);
+
+  AnswerStats responses;
+  read_stats_from_body(
+      Api::responses,
+      R"({"object":"response","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"usage":{"output_tokens":8}})",
+      responses);
+  EXPECT_EQ(responses.truncated, true);
+  AnswerStats completed;
+  read_stats_from_body(Api::responses,
+                       R"({"object":"response","status":"completed","usage":{"output_tokens":8}})",
+                       completed);
+  EXPECT_EQ(completed.truncated, false);
+
+  AnswerStats anthropic;
+  read_stats_from_event(
+      Api::anthropic,
+      {"message_delta",
+       R"({"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":12}})",
+       ""},
+      anthropic);
+  EXPECT_EQ(anthropic.truncated, true);
+  AnswerStats body;
+  read_stats_from_body(Api::anthropic,
+                       R"({"type":"message","stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":2}})",
+                       body);
+  EXPECT_EQ(body.truncated, false);
+}
+
 TEST(ReadStats, CountingAnswersReportNoUsage) {
   AnswerStats stats;
   read_stats_from_body(Api::anthropic, R"({"input_tokens":42})", stats);

@@ -154,7 +154,7 @@ TEST_F(SlotBrokerTest, TheWakeupTimerEndsAHoldByTimeAlone) {
   scheduler.set_measured_speeds(kSlow, 1.0, 1.0);
   scheduling::Request small;
   small.prompt_bytes = 4;
-  small.max_tokens = 1;
+  small.max_tokens = 2;  // one decode step after the token that ends prefill
   auto& busy = spawn(small);
   ASSERT_TRUE(run_until(io, [&] { return busy.has_value(); }));
   ASSERT_EQ(busy->lease.replica(), kReplica);

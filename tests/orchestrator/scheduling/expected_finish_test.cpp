@@ -33,6 +33,12 @@ RoutingOptions ef() {
   return o;
 }
 
+RoutingOptions least_loaded() {
+  RoutingOptions o;
+  o.policy = RoutingPolicy::least_loaded;
+  return o;
+}
+
 // A request of `tokens` prompt tokens of its own (nothing shared).
 Request plain(std::uint64_t id, std::uint32_t tokens) {
   return review(0, 0, id, tokens);
@@ -81,7 +87,7 @@ TEST(ExpectedFinish, NewcomerTakesTheFreeReplicaThatFinishesItFirst) {
   Scheduler s = fast_and_slow();
   EXPECT_EQ(granted(s, 1, plain(1, 1000)), 1u);
   // least_loaded's rotation would have taken replica 1 and then 2 whatever their speeds.
-  Scheduler ll = fast_and_slow(RoutingOptions{});
+  Scheduler ll = fast_and_slow(least_loaded());
   EXPECT_EQ(granted(ll, 1, plain(1, 1000)), 1u);
   EXPECT_EQ(granted(ll, 2, plain(2, 1000)), 2u);
 }
@@ -114,6 +120,50 @@ TEST(ExpectedFinish, FreedSlotGoesToTheWaiterItServesCheapest) {
   EXPECT_EQ(pairs(s.release(1, at_seconds(10))), (Pairs{{3, 1}}));
   EXPECT_EQ(s.overtaken(2), 1u);
   EXPECT_EQ(pairs(s.release(1, at_seconds(20))), (Pairs{{2, 1}}));
+}
+
+// Three equal phones (100 prompt tok/s, 20 decode) reading instructions 1, `second`, 1; all busy
+// until 70.75 s. Waiting: waiter 4 with instructions `fourth`, then waiter 5 with instructions 1.
+Scheduler three_busy(std::uint64_t second, std::uint64_t fourth, RoutingOptions o = ef()) {
+  Scheduler s(100, o);
+  s.add_model(kModel);
+  for (ReplicaId r = 1; r <= 3; ++r) {
+    s.add_replica(r, kModel, 1);
+    s.set_measured_speeds(r, 100, 20);
+  }
+  EXPECT_EQ(granted(s, 1, review(1, 5000, 1, 2000)), 1u);
+  EXPECT_EQ(granted(s, 2, review(second, 5000, 2, 2000)), 2u);
+  EXPECT_EQ(granted(s, 3, review(1, 5000, 3, 2000)), 3u);
+  queued(s, 4, review(fourth, 5000, 4, 2000), 1);
+  queued(s, 5, review(1, 5000, 5, 2000), 2);
+  return s;
+}
+
+TEST(ExpectedFinish, AffinityYieldsToAnOlderWaiterWithNowhereBetterToGo) {
+  // Phone 3 frees at 60 s. Waiter 5 would take 20.8 s there (instructions cached), and phone 1
+  // or 2, which hold them too, free in 10.75 s: 31.6 s. Waiter 4's instructions are nowhere:
+  // 70.75 s here, 81.5 s behind any busy phone. Giving phone 3 to waiter 5 would leave waiter 4
+  // to wait for a phone that none of its kind will hold until it is due.
+  Scheduler s = three_busy(2, 3);
+  EXPECT_EQ(pairs(s.release(3, at_seconds(60))), (Pairs{{4, 3}}));
+  EXPECT_EQ(s.overtaken(5), 0u);  // served after an older waiter: FIFO, not overtaken
+  EXPECT_EQ(pairs(s.release(1, at_seconds(70))), (Pairs{{5, 1}}));
+}
+
+TEST(ExpectedFinish, AffinityKeepsItsSlotWhenTheOlderWaiterHasABusyReplicaToWaitFor) {
+  // Waiter 4's instructions (2) are on phone 2, free in 10.75 s: 31.6 s there beats 70.75 s on
+  // phone 3, so the cached waiter 5 keeps phone 3 and waiter 4 counts an overtake.
+  Scheduler s = three_busy(2, 2);
+  EXPECT_EQ(pairs(s.release(3, at_seconds(60))), (Pairs{{5, 3}}));
+  EXPECT_EQ(s.overtaken(4), 1u);
+}
+
+TEST(ExpectedFinish, AffinityYieldCanBeTurnedOff) {
+  RoutingOptions o = ef();
+  o.affinity_yield = false;
+  Scheduler s = three_busy(2, 3, o);
+  EXPECT_EQ(pairs(s.release(3, at_seconds(60))), (Pairs{{5, 3}}));
+  EXPECT_EQ(s.overtaken(4), 1u);
 }
 
 TEST(ExpectedFinish, AWaiterIsOvertakenAtMostMaxOvertakesTimes) {
@@ -155,18 +205,33 @@ TEST(ExpectedFinish, OnlyOlderWaitersThatCouldUseTheSlotAreOvertaken) {
 
 TEST(ExpectedFinish, WaitsForABusyReplicaExpectedToFinishItSooner) {
   Scheduler s = fast_and_slow();
-  granted(s, 1, plain(1, 1000));  // fast: 10 s + 16 tokens / 20 = 10.8 s
-  // On the slow phone 1000 / 10 + 16 / 5 = 103.2 s; behind the fast one 10.8 + 10.8 = 21.6 s.
+  granted(s, 1, plain(1, 1000));  // fast: 10 s + 15 decode steps / 20 = 10.75 s
+  // On the slow phone 1000 / 10 + 15 / 5 = 103 s; behind the fast one 10.75 + 10.75 = 21.5 s.
   queued(s, 2, plain(2, 1000));
   EXPECT_TRUE(s.held(2));
   EXPECT_EQ(s.in_flight(2), 0u);
   EXPECT_EQ(s.free_slots(kModel), 1u);
   ASSERT_TRUE(s.next_wakeup());
-  // Held until the fast phone's overrun eats the gain: 10.8 + (103.2 - 1) / 1.25 - 10.8.
-  EXPECT_NEAR(seconds_of(*s.next_wakeup()), 81.76, 1e-6);
+  // Held until the fast phone's overrun eats the gain: 10.75 + (103 - 1) / 1.25 - 10.75.
+  EXPECT_NEAR(seconds_of(*s.next_wakeup()), 81.6, 1e-6);
   EXPECT_EQ(pairs(s.release(1, at_seconds(11))), (Pairs{{2, 1}}));
   EXPECT_FALSE(s.held(2));
   EXPECT_EQ(s.next_wakeup(), std::nullopt);
+}
+
+TEST(ExpectedFinish, AnAnswerOfNTokensCostsNMinusOneDecodeSteps) {
+  // The first token ends prefill; decode adds one step per later token (llama-server's
+  // n_gen_steps, which the decode speed is learned from). One-token answers: no decode at all.
+  Scheduler s = fast_and_slow();
+  Request one = plain(1, 1000);
+  one.max_tokens = 1;
+  granted(s, 1, one);  // fast: 10 s
+  Request other = plain(2, 1000);
+  other.max_tokens = 1;
+  queued(s, 2, other);  // slow: 100 s; behind the fast one 20 s
+  EXPECT_TRUE(s.held(2));
+  // Held until the fast phone's overrun eats the gain: 10 + (100 - 1) / 1.25 - 10.
+  EXPECT_NEAR(seconds_of(*s.next_wakeup()), 79.2, 1e-6);
 }
 
 TEST(ExpectedFinish, HoldEndsWhenTheBusyReplicaOverrunsTooLong) {
@@ -182,11 +247,11 @@ TEST(ExpectedFinish, HoldEndsWhenTheBusyReplicaOverrunsTooLong) {
 
 TEST(ExpectedFinish, HoldNeverOutlastsTheTimeTheFreeReplicaWouldHaveTaken) {
   Scheduler s = fast_and_slow();
-  granted(s, 1, plain(1, 4000));  // fast busy until 40.8 s
-  queued(s, 2, plain(2, 1000));   // 40.8 + 10.8 = 51.6 s there, 103.2 s on the slow phone
+  granted(s, 1, plain(1, 4000));  // fast busy until 40.75 s
+  queued(s, 2, plain(2, 1000));   // 40.75 + 10.75 = 51.5 s there, 103 s on the slow phone
   EXPECT_TRUE(s.held(2));
-  // The overrun would allow until 111.76 s, but waiting longer than 103.2 s is never a gain.
-  EXPECT_NEAR(seconds_of(*s.next_wakeup()), 103.2, 1e-6);
+  // The overrun would allow until 111.6 s, but waiting longer than 103 s is never a gain.
+  EXPECT_NEAR(seconds_of(*s.next_wakeup()), 103.0, 1e-6);
 }
 
 TEST(ExpectedFinish, OneHeldWaiterPerBusySlot) {
@@ -205,14 +270,14 @@ TEST(ExpectedFinish, OneHeldWaiterPerBusySlot) {
 
 TEST(ExpectedFinish, NoHoldWithoutEnoughGain) {
   Scheduler s = fast_and_slow();
-  granted(s, 1, plain(1, 9000));  // fast busy for 90.8 s
+  granted(s, 1, plain(1, 9000));  // fast busy for 90.75 s
   EXPECT_EQ(granted(s, 2, plain(2, 1000)), 2u);
   RoutingOptions o = ef();
   o.hold_margin = 0;
   o.hold_min_gain = std::chrono::milliseconds(0);
   Scheduler eager = fast_and_slow(o);
   granted(eager, 1, plain(1, 9000));
-  queued(eager, 2, plain(2, 1000));  // 101.6 s behind the fast phone < 103.2 s
+  queued(eager, 2, plain(2, 1000));  // 101.5 s behind the fast phone < 103 s
   EXPECT_TRUE(eager.held(2));
 }
 
@@ -229,7 +294,7 @@ TEST(ExpectedFinish, SwitchingToLeastLoadedReleasesHolds) {
   Scheduler s = fast_and_slow();
   granted(s, 1, plain(1, 1000));
   queued(s, 2, plain(2, 1000));
-  EXPECT_EQ(pairs(s.set_options(RoutingOptions{})), (Pairs{{2, 2}}));
+  EXPECT_EQ(pairs(s.set_options(least_loaded())), (Pairs{{2, 2}}));
   EXPECT_EQ(s.next_wakeup(), std::nullopt);
 }
 
@@ -581,21 +646,21 @@ TEST(WorkedExample, OfTheRoutingDoc) {
     }
     return r;
   };
-  // A holds P1 and ends at 97.4 s, B holds P2 and ends at 137.4 s, C holds P3.
+  // A holds P1 and ends at 97.3 s, B holds P2 and ends at 137.3 s, C holds P3.
   EXPECT_EQ(granted(s, 101, only(reviewing(1, 101), kA)), kA);
   EXPECT_EQ(granted(s, 102, only(reviewing(2, 102, 4888), kB)), kB);
   EXPECT_EQ(granted(s, 103, only(reviewing(3, 103), kC)), kC);
   queued(s, 1, reviewing(1, 1), 1);  // W1
   queued(s, 2, reviewing(3, 2), 2);  // W2
-  const double t = 77.4;             // A frees in 20 s, B in 60 s
-  // 1. C frees: W2 reuses P3 there (113.0 s); behind A it would take 117.4 s.
+  const double t = 7000 / 72.2 + 7 / 18.0 - 20;  // A frees in 20 s, B in 60 s
+  // 1. C frees: W2 reuses P3 there (112.8 s); behind A it would take 117.3 s.
   EXPECT_EQ(pairs(s.release(kC, at_seconds(t))), (Pairs{{2, kC}}));
   EXPECT_EQ(s.overtaken(1), 1u);
-  // 2. D is free: W1 would take 389.6 s there, 48.3 s behind A. Held until 380.3 s from now.
+  // 2. D is free: W1 would take 389.4 s there, 48.2 s behind A. Held until 380.2 s from now.
   EXPECT_TRUE(s.set_routable(kD, true).empty());
   EXPECT_TRUE(s.held(1));
-  EXPECT_NEAR(seconds_of(*s.next_wakeup()) - t, 380.3, 0.05);
-  // 3. W3 (P2) waits for B (88.3 s); W4 (P1) finds both next slots promised and takes D.
+  EXPECT_NEAR(seconds_of(*s.next_wakeup()) - t, 380.17, 0.01);
+  // 3. W3 (P2) waits for B (88.2 s); W4 (P1) finds both next slots promised and takes D.
   queued(s, 3, reviewing(2, 3), t);
   EXPECT_TRUE(s.held(3));
   EXPECT_EQ(granted(s, 4, reviewing(1, 4), t), kD);

@@ -56,7 +56,7 @@ double seconds_of(TimePoint t) {
 }
 
 struct Event {
-  enum Kind { done, issue, arrival, tick };
+  enum Kind { done, issue, arrival, interactive, tick };
   double t = 0;
   Kind kind = tick;
   std::uint64_t id = 0;
@@ -72,6 +72,8 @@ struct Job {
   double uncached = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;
+  bool interactive = false;
+  std::uint32_t overtaken = 0;  // as last seen while it waited
 };
 
 struct Truth {
@@ -93,6 +95,12 @@ class Simulation {
 
   Result run() {
     const Workload& w = c_.workload;
+    for (const Phone& p : c_.phones) {
+      top_prefill_ = std::max(top_prefill_, p.prefill_tps);
+    }
+    if (w.interactive_rate > 0) {
+      push({.t = next_arrival(0, w.interactive_rate), .kind = Event::interactive, .id = seq_++});
+    }
     if (w.arrival_rate > 0) {
       push({.t = next_arrival(0), .kind = Event::arrival, .id = seq_++});
     } else {
@@ -112,12 +120,19 @@ class Simulation {
           admit(0);
           push({.t = next_arrival(now_), .kind = Event::arrival, .id = seq_++});
           break;
+        case Event::interactive:
+          admit(0, true);
+          push({.t = next_arrival(now_, w.interactive_rate),
+                .kind = Event::interactive,
+                .id = seq_++});
+          break;
         case Event::done:
           finish(e.id);
           break;
         case Event::tick:
           tick_at_.reset();
           if (auto wake = s_.next_wakeup(); wake && seconds_of(*wake) <= now_) {
+            snapshot();
             start_all(s_.tick(at(now_)));
           }
           break;
@@ -130,16 +145,43 @@ class Simulation {
  private:
   void push(Event e) { events_.push(e); }
 
-  double next_arrival(double t) {
-    return t - std::log(1.0 - unit(rng_)) / c_.workload.arrival_rate;
+  double next_arrival(double t) { return next_arrival(t, c_.workload.arrival_rate); }
+  double next_arrival(double t, double rate) { return t - std::log(1.0 - unit(rng_)) / rate; }
+
+  // Remembers how often each waiting job was overtaken (the scheduler forgets at the grant).
+  void snapshot() {
+    for (auto& [id, job] : jobs_) {
+      if (job.phone == 0) {
+        job.overtaken = s_.overtaken(id);
+      }
+    }
+  }
+
+  // Time-weighted: how many fast phones hold each prefix (the fleet's affinity balance).
+  void observe_prefixes() {
+    const double dt = now_ - std::max(last_observed_, c_.warmup_seconds);
+    last_observed_ = now_;
+    if (dt <= 0 || c_.workload.prefixes == 0) {
+      return;
+    }
+    std::vector<std::uint32_t> fast(c_.workload.prefixes + 1, 0);
+    for (std::size_t i = 0; i < truth_.size(); ++i) {
+      if (truth_[i].holds && c_.phones[i].prefill_tps >= top_prefill_) {
+        ++fast[*truth_[i].holds];
+      }
+    }
+    const std::uint32_t least = *std::min_element(fast.begin() + 1, fast.end());
+    observed_seconds_ += dt;
+    without_fast_seconds_ += least == 0 ? dt : 0;
+    min_fast_sum_ += dt * least;
   }
 
   double jitter() { return 1.0 + c_.jitter * (2.0 * unit(rng_) - 1.0); }
 
-  void admit(std::uint32_t client) {
+  void admit(std::uint32_t client, bool interactive = false) {
     const Workload& w = c_.workload;
     const WaiterId id = next_waiter_++;
-    Job job{.client = client, .issued = now_};
+    Job job{.client = client, .issued = now_, .interactive = interactive};
     job.prefix = w.prefixes == 0 ? 0 : static_cast<std::uint32_t>(splitmix(rng_) % w.prefixes) + 1;
     openai::PromptHasher hasher(kHashKey);
     if (job.prefix != 0) {
@@ -148,6 +190,9 @@ class Simulation {
     hasher.add_message("user", text(0x1000000 + id, static_cast<std::size_t>(w.case_tokens) * 4));
     openai::PromptBlocks blocks = hasher.finish();
     Request request{.prompt_blocks = std::move(blocks.hashes), .prompt_bytes = blocks.bytes};
+    if (interactive) {
+      request.priority = w.interactive_priority;
+    }
     jobs_[id] = job;
     Scheduler::Admission a = s_.admit(id, kModel, at(now_), std::move(request));
     if (a.outcome == Scheduler::Outcome::granted) {
@@ -165,6 +210,8 @@ class Simulation {
     const double prompt = w.prefix_tokens * (job.prefix != 0 ? 1.0 : 0.0) + w.case_tokens;
     job.phone = phone;
     job.cached = job.prefix != 0 && truth.holds == job.prefix ? w.prefix_tokens : 0.0;
+    account(job, phone);
+    observe_prefixes();
     job.uncached = prompt - job.cached;
     job.prefill_seconds = job.uncached / speed.prefill_tps * jitter();
     // As in llama-server: the first token comes with the end of prefill, each later one a decode
@@ -173,6 +220,36 @@ class Simulation {
     job.decode_seconds = steps / speed.decode_tps * jitter();
     truth.holds = job.prefix == 0 ? std::nullopt : std::optional(job.prefix);
     push({.t = now_ + job.prefill_seconds + job.decode_seconds, .kind = Event::done, .id = id});
+  }
+
+  void account(const Job& job, ReplicaId phone) {
+    if (job.issued < c_.warmup_seconds || job.prefix == 0) {
+      return;
+    }
+    Result::Profile& p = profile_;
+    const bool hit = job.cached > 0;
+    const bool slow = c_.phones.at(phone - 1).prefill_tps < top_prefill_;
+    ++p.grants;
+    p.hits += hit ? 1 : 0;
+    p.slow_grants += slow ? 1 : 0;
+    p.slow_hits += slow && hit ? 1 : 0;
+    if (job.interactive) {
+      ++interactive_grants_;
+      p.interactive_slow += slow ? 1 : 0;
+      p.interactive_misses += hit ? 0 : 1;
+      interactive_wait_ += now_ - job.issued;
+    }
+    if (hit) {
+      return;
+    }
+    bool held_anywhere = false;
+    for (const Truth& t : truth_) {
+      held_anywhere = held_anywhere || t.holds == job.prefix;
+    }
+    p.misses_due += job.overtaken >= c_.options.max_overtakes ? 1 : 0;
+    p.misses_slow += slow ? 1 : 0;
+    p.misses_unheld += held_anywhere ? 0 : 1;
+    p.misses_interactive += job.interactive ? 1 : 0;
   }
 
   void start_all(const std::vector<Grant>& grants) {
@@ -194,7 +271,9 @@ class Simulation {
                                          .predicted_n = static_cast<double>(w.answer_tokens),
                                          .predicted_ms = job.decode_seconds * 1000,
                                          .cache_n = job.cached}};
-    if (job.issued >= c_.warmup_seconds) {
+    if (job.issued >= c_.warmup_seconds && job.interactive) {
+      interactive_latencies_.push_back(now_ - job.issued);
+    } else if (job.issued >= c_.warmup_seconds) {
       latencies_.push_back(now_ - job.issued);
       cached_tokens_ += job.cached;
       prompt_tokens_ += prompt;
@@ -202,8 +281,12 @@ class Simulation {
     for (const auto& [waiting, j] : jobs_) {
       max_overtaken_ = std::max<std::uint64_t>(max_overtaken_, s_.overtaken(waiting));
     }
+    snapshot();
     start_all(s_.complete(id, at(now_), report));
-    if (w.arrival_rate <= 0) {
+    if (job.interactive) {
+      return;
+    }
+    if (w.arrival_rate <= 0 && now_ < w.clients_until) {
       admit(job.client);
     }
   }
@@ -244,6 +327,26 @@ class Simulation {
                                                    : 0;
     r.max_overtaken = max_overtaken_;
     r.cache_bytes = s_.prompt_cache().bytes_used();
+    r.interactive_completed = interactive_latencies_.size();
+    if (!interactive_latencies_.empty()) {
+      std::vector<double> sorted = interactive_latencies_;
+      std::sort(sorted.begin(), sorted.end());
+      double sum = 0;
+      for (double l : sorted) {
+        sum += l;
+      }
+      r.interactive_mean = sum / static_cast<double>(sorted.size());
+      r.interactive_p95 =
+          sorted[static_cast<std::size_t>(0.95 * static_cast<double>(sorted.size() - 1))];
+    }
+    r.profile = profile_;
+    if (observed_seconds_ > 0) {
+      r.profile.share_prefix_without_fast = without_fast_seconds_ / observed_seconds_;
+      r.profile.mean_min_fast_per_prefix = min_fast_sum_ / observed_seconds_;
+    }
+    if (interactive_grants_ > 0) {
+      r.profile.interactive_mean_wait = interactive_wait_ / static_cast<double>(interactive_grants_);
+    }
     return r;
   }
 
@@ -262,6 +365,15 @@ class Simulation {
   double cached_tokens_ = 0;
   double prompt_tokens_ = 0;
   std::uint64_t max_overtaken_ = 0;
+  std::vector<double> interactive_latencies_;
+  double top_prefill_ = 0;
+  Result::Profile profile_{};
+  std::uint64_t interactive_grants_ = 0;
+  double interactive_wait_ = 0;
+  double last_observed_ = 0;
+  double observed_seconds_ = 0;
+  double without_fast_seconds_ = 0;
+  double min_fast_sum_ = 0;
 };
 
 }  // namespace

@@ -59,6 +59,7 @@ TEST(FleetSim, MixedSpeedsExpectedFinishHalvesMeanLatency) {
   }
   c.workload.arrival_rate = 0.5 * capacity;
   c.seconds = 2 * 3600.0;
+  c.options.policy = RoutingPolicy::least_loaded;
   const Result base = run(c);
   c.options.policy = RoutingPolicy::expected_finish;
   const Result ef = run(c);

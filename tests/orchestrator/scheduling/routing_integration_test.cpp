@@ -44,6 +44,7 @@ TEST(RoutingConfig, DefaultsMatchRoutingOptions) {
   EXPECT_DOUBLE_EQ(mapped.hold_margin, defaults.hold_margin);
   EXPECT_EQ(mapped.hold_min_gain, defaults.hold_min_gain);
   EXPECT_EQ(mapped.max_overtakes, defaults.max_overtakes);
+  EXPECT_EQ(mapped.affinity_yield, defaults.affinity_yield);
   EXPECT_EQ(mapped.scan_window, defaults.scan_window);
   EXPECT_EQ(mapped.default_priority, defaults.default_priority);
   EXPECT_TRUE(mapped.band_queue_max.empty());
@@ -69,6 +70,7 @@ TEST(RoutingConfig, EveryKnobIsReadAndMapped) {
   hold_margin: 0.25
   hold_min_gain: 500ms
   max_overtakes: 4
+  affinity_yield: false
   scan_window: 16
   default_priority: 10
   band_queue_max:
@@ -103,6 +105,7 @@ server:
   EXPECT_DOUBLE_EQ(o.hold_margin, 0.25);
   EXPECT_EQ(o.hold_min_gain, std::chrono::milliseconds(500));
   EXPECT_EQ(o.max_overtakes, 4u);
+  EXPECT_FALSE(o.affinity_yield);
   EXPECT_EQ(o.scan_window, 16u);
   EXPECT_EQ(o.default_priority, 10);
   EXPECT_EQ(o.band_queue_max.at(-1), 50000u);
@@ -201,6 +204,9 @@ TEST(RoutingCompletion, FromTheStatsTheRelayRead) {
   EXPECT_DOUBLE_EQ(c.timings->predicted_n, 8);
   EXPECT_DOUBLE_EQ(c.timings->predicted_ms, 444);
   EXPECT_DOUBLE_EQ(c.timings->cache_n.value_or(0), 4992);
+  EXPECT_FALSE(c.truncated);
+  stats.truncated = true;  // finish_reason "length"
+  EXPECT_TRUE(scheduling::completion_from_stats(stats).truncated);
 }
 
 TEST(RoutingCompletion, PartialTimingsAreNoTimings) {

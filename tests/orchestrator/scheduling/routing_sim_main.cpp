@@ -20,6 +20,33 @@ void row(const std::string& name, const sim::Result& r, double baseline) {
               static_cast<unsigned long long>(r.max_overtaken));
 }
 
+void profile(const std::string& name, const sim::Result& r) {
+  const auto& p = r.profile;
+  const auto misses = p.grants - p.hits;
+  const auto pct = [](double a, double b) { return b > 0 ? 100 * a / b : 0.0; };
+  std::printf(
+      "%-34s grants %llu, hits %.1f%%; slow phones %.1f%% of grants (%.1f%% of them hits); "
+      "misses %llu: due %.1f%%, on a slow phone %.1f%%, prefix held nowhere %.1f%%; "
+      "time some prefix had no fast phone %.1f%%, min fast phones per prefix %.2f\n",
+      name.c_str(), static_cast<unsigned long long>(p.grants), pct(p.hits, p.grants),
+      pct(p.slow_grants, p.grants), pct(p.slow_hits, p.slow_grants),
+      static_cast<unsigned long long>(misses), pct(p.misses_due, misses),
+      pct(p.misses_slow, misses), pct(p.misses_unheld, misses), 100 * p.share_prefix_without_fast,
+      p.mean_min_fast_per_prefix);
+}
+
+void tenants_row(const std::string& name, const sim::Result& idle, const sim::Result& busy) {
+  const auto& p = busy.profile;
+  std::printf(
+      "%-34s idle p95 %6.1f s mean %6.1f | beside batch p95 %6.1f s mean %6.1f (%.2fx p95, %llu "
+      "requests; mean wait %.1f s, %llu on slow phones, %llu without their prefix) | batch %.0f/h\n",
+      name.c_str(), idle.interactive_p95, idle.interactive_mean, busy.interactive_p95,
+      busy.interactive_mean, idle.interactive_p95 > 0 ? busy.interactive_p95 / idle.interactive_p95 : 0,
+      static_cast<unsigned long long>(busy.interactive_completed), p.interactive_mean_wait,
+      static_cast<unsigned long long>(p.interactive_slow),
+      static_cast<unsigned long long>(p.interactive_misses), busy.per_hour);
+}
+
 void header(const char* title) {
   std::printf("\n%s\n%-34s %9s %7s %8s %8s %8s %7s %6s %5s\n", title, "policy", "per hour", "ratio",
               "mean s", "p95 s", "max s", "cached", "pred", "overt");
@@ -44,7 +71,7 @@ int main() {
   row("least_loaded (HAProxy leastconn)", base, base.per_hour);
   fraud.options = with(RoutingPolicy::expected_finish);
   row("expected_finish (defaults)", sim::run(fraud), base.per_hour);
-  for (unsigned overtakes : {0u, 4u, 8u, 32u, 64u, 256u}) {
+  for (unsigned overtakes : {0u, 4u, 8u, 32u, 48u, 64u, 256u}) {
     fraud.options = with(RoutingPolicy::expected_finish);
     fraud.options.max_overtakes = overtakes;
     row("  max_overtakes " + std::to_string(overtakes), sim::run(fraud), base.per_hour);
@@ -62,6 +89,45 @@ int main() {
   fraud.options = with(RoutingPolicy::expected_finish);
   fraud.options.exploration = 0;
   row("  exploration 0", sim::run(fraud), base.per_hour);
+  fraud.options = with(RoutingPolicy::expected_finish);
+  fraud.options.affinity_yield = false;
+  row("  affinity_yield false", sim::run(fraud), base.per_hour);
+  fraud.options.max_overtakes = 48;
+  row("  affinity_yield false, max_overtakes 48", sim::run(fraud), base.per_hour);
+
+  // Where the affinity is lost (grants whose phone did not hold their prefix).
+  std::printf("\nFraud review, where affinity is lost (after the warm-up)\n");
+  fraud.options = with(RoutingPolicy::least_loaded);
+  profile("least_loaded", sim::run(fraud));
+  fraud.options = with(RoutingPolicy::expected_finish);
+  profile("expected_finish (defaults)", sim::run(fraud));
+  fraud.options = with(RoutingPolicy::expected_finish);
+  fraud.options.affinity_yield = false;
+  profile("  affinity_yield false", sim::run(fraud));
+  fraud.options.max_overtakes = 48;
+  profile("  affinity_yield false, max_overtakes 48", sim::run(fraud));
+
+  // Two tenants: the interactive tenant (one review a minute, priority 10) alone on the fraud
+  // fleet (warmed by the fraud review's clients for 10 minutes), then beside a batch tenant's 48
+  // closed-loop clients.
+  std::printf("\nTwo tenants: interactive reviews (Poisson, 1/min, priority 10) alone on the warm fleet, then beside 48 batch clients\n");
+  sim::Config idle = fraud;
+  idle.workload.clients_until = idle.warmup_seconds;
+  idle.warmup_seconds += 600;  // the last reviews of the warm-up end
+  idle.workload.interactive_rate = 1.0 / 60;
+  sim::Config busy = fraud;
+  busy.workload.clients = 48;
+  busy.workload.interactive_rate = 1.0 / 60;
+  for (RoutingPolicy policy : {RoutingPolicy::least_loaded, RoutingPolicy::expected_finish}) {
+    idle.options = with(policy);
+    busy.options = with(policy);
+    tenants_row(fg::scheduling::to_string(policy), sim::run(idle), sim::run(busy));
+  }
+  idle.options = with(RoutingPolicy::expected_finish);
+  busy.options = with(RoutingPolicy::expected_finish);
+  busy.options.affinity_yield = false;
+  busy.options.max_overtakes = 48;
+  tenants_row("  affinity_yield false, overtakes 48", sim::run(idle), sim::run(busy));
 
   // The second benchmark: phones 10x apart, open-loop Poisson arrivals at half the
   // fleet's capacity, every prompt its own (no cache to find).

@@ -19,6 +19,13 @@ using std::chrono::seconds;
 using Outcome = Scheduler::Outcome;
 
 const std::string kModel = "llama";
+
+// These tests keep the earlier gateway's behaviour, least_loaded (no longer the default).
+RoutingOptions least_loaded() {
+  RoutingOptions o;
+  o.policy = RoutingPolicy::least_loaded;
+  return o;
+}
 const std::string kOther = "qwen";
 
 TimePoint at(int s) {
@@ -52,7 +59,7 @@ using Pairs = std::vector<std::pair<WaiterId, ReplicaId>>;
 // Models
 
 TEST(SchedulerModels, UnknownModelIsRefused) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   EXPECT_FALSE(s.has_model(kModel));
   EXPECT_EQ(s.admit(1, kModel, at(0)).outcome, Outcome::unknown_model);
   EXPECT_EQ(s.queue_depth(kModel), 0u);
@@ -60,7 +67,7 @@ TEST(SchedulerModels, UnknownModelIsRefused) {
 }
 
 TEST(SchedulerModels, AddingTwiceKeepsReplicasAndQueue) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   grant(s, 1);
@@ -82,7 +89,7 @@ TEST(SchedulerModels, LeastLoadedLeavesThePromptCacheModelAlone) {
     }
     return busy;
   };
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 4);
   grant(s, 1);
@@ -101,13 +108,13 @@ TEST(SchedulerModels, LeastLoadedLeavesThePromptCacheModelAlone) {
 }
 
 TEST(SchedulerModels, AddReplicaToUnknownModelIsIgnored) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   EXPECT_TRUE(s.add_replica(1, kModel, 2).empty());
   EXPECT_FALSE(s.has_replica(1));
 }
 
 TEST(SchedulerModels, RemoveModelReturnsQueuedWaitersInOrder) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_model(kOther);
   s.add_replica(1, kModel, 1);
@@ -128,14 +135,14 @@ TEST(SchedulerModels, RemoveModelReturnsQueuedWaitersInOrder) {
 }
 
 TEST(SchedulerModels, RemoveUnknownModelReturnsNothing) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   EXPECT_TRUE(s.remove_model(kModel).empty());
 }
 
 // Decision: removing a model that still has replicas removes them too (busy ones linger until
 // their last release, exactly like remove_replica).
 TEST(SchedulerModels, RemoveModelTakesRemainingReplicasWithIt) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 2);
   s.add_replica(2, kModel, 2);
@@ -149,7 +156,7 @@ TEST(SchedulerModels, RemoveModelTakesRemainingReplicasWithIt) {
 }
 
 TEST(SchedulerModels, ModelsAreIndependent) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_model(kOther);
   s.add_replica(1, kModel, 1);
@@ -166,7 +173,7 @@ TEST(SchedulerModels, ModelsAreIndependent) {
 // Admission and replica choice
 
 TEST(SchedulerAdmit, GrantsWhileSlotsAreFreeThenQueues) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(7, kModel, 2);
   EXPECT_EQ(grant(s, 1), 7u);
@@ -178,14 +185,14 @@ TEST(SchedulerAdmit, GrantsWhileSlotsAreFreeThenQueues) {
 }
 
 TEST(SchedulerAdmit, ModelWithoutReplicasQueues) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   expect_queued(s, 1);
   EXPECT_EQ(pairs(s.add_replica(4, kModel, 1)), (Pairs{{1, 4}}));
 }
 
 TEST(SchedulerAdmit, QueueFullAtQueueMax) {
-  Scheduler s(2);
+  Scheduler s(2, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   grant(s, 1);
@@ -201,7 +208,7 @@ TEST(SchedulerAdmit, QueueFullAtQueueMax) {
 }
 
 TEST(SchedulerAdmit, QueueFullDoesNotStopGrants) {
-  Scheduler s(0);
+  Scheduler s(0, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   EXPECT_EQ(grant(s, 1), 1u);
@@ -210,7 +217,7 @@ TEST(SchedulerAdmit, QueueFullDoesNotStopGrants) {
 }
 
 TEST(SchedulerAdmit, QueueMaxCanChange) {
-  Scheduler s(1);
+  Scheduler s(1, least_loaded());
   s.add_model(kModel);
   expect_queued(s, 1);
   EXPECT_EQ(s.admit(2, kModel, at(0)).outcome, Outcome::queue_full);
@@ -223,7 +230,7 @@ TEST(SchedulerAdmit, QueueMaxCanChange) {
 }
 
 TEST(SchedulerAdmit, PicksLeastLoadedByRatio) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 4);
   s.add_replica(2, kModel, 1);
@@ -237,7 +244,7 @@ TEST(SchedulerAdmit, PicksLeastLoadedByRatio) {
 }
 
 TEST(SchedulerAdmit, RatioComparedExactly) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 3);
   s.add_replica(2, kModel, 2);
@@ -251,7 +258,7 @@ TEST(SchedulerAdmit, RatioComparedExactly) {
 }
 
 TEST(SchedulerAdmit, EqualIdleReplicasGetRoundRobin) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   for (ReplicaId r = 1; r <= 4; ++r) {
     s.add_replica(r, kModel, 3);
@@ -265,7 +272,7 @@ TEST(SchedulerAdmit, EqualIdleReplicasGetRoundRobin) {
 
 TEST(SchedulerAdmit, RotationSpreadsSequentialRequests) {
   // One request at a time (each released before the next) still visits every replica.
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   for (ReplicaId r = 1; r <= 4; ++r) {
     s.add_replica(r, kModel, 1);
@@ -280,7 +287,7 @@ TEST(SchedulerAdmit, RotationSpreadsSequentialRequests) {
 }
 
 TEST(SchedulerAdmit, RotationSurvivesReplicaRemoval) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   for (ReplicaId r = 1; r <= 4; ++r) {
     s.add_replica(r, kModel, 1);
@@ -298,7 +305,7 @@ TEST(SchedulerAdmit, RotationSurvivesReplicaRemoval) {
 
 // Decision: reusing the id of a queued waiter replaces the earlier queue entry.
 TEST(SchedulerAdmit, ReusedWaiterIdSupersedesQueuedEntry) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   grant(s, 1);
@@ -316,7 +323,7 @@ TEST(SchedulerAdmit, ReusedWaiterIdSupersedesQueuedEntry) {
 // Release and FIFO late binding
 
 TEST(SchedulerRelease, DecrementsExactly) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 3);
   grant(s, 1);
@@ -331,7 +338,7 @@ TEST(SchedulerRelease, DecrementsExactly) {
 }
 
 TEST(SchedulerRelease, ExtraReleaseDoesNotUnderflow) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   EXPECT_TRUE(s.release(1).empty());
@@ -341,7 +348,7 @@ TEST(SchedulerRelease, ExtraReleaseDoesNotUnderflow) {
 }
 
 TEST(SchedulerRelease, UnknownReplicaIsHarmless) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   expect_queued(s, 1);
   EXPECT_TRUE(s.release(42).empty());
@@ -350,7 +357,7 @@ TEST(SchedulerRelease, UnknownReplicaIsHarmless) {
 }
 
 TEST(SchedulerRelease, ReleaseOfForgottenReplicaIsHarmless) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   grant(s, 1);
@@ -362,7 +369,7 @@ TEST(SchedulerRelease, ReleaseOfForgottenReplicaIsHarmless) {
 }
 
 TEST(SchedulerRelease, WaitersBoundInArrivalOrderToTheFreedReplica) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   s.add_replica(2, kModel, 1);
@@ -380,7 +387,7 @@ TEST(SchedulerRelease, WaitersBoundInArrivalOrderToTheFreedReplica) {
 }
 
 TEST(SchedulerRelease, InFlightNeverExceedsSlots) {
-  Scheduler s(100);
+  Scheduler s(100, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 2);
   for (WaiterId w = 1; w <= 20; ++w) {
@@ -400,7 +407,7 @@ TEST(SchedulerRelease, InFlightNeverExceedsSlots) {
 // Exclusions (retries)
 
 TEST(SchedulerExclusions, ExcludedReplicaNotGrantedWhileAnotherIsRoutable) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   s.add_replica(2, kModel, 1);
@@ -414,7 +421,7 @@ TEST(SchedulerExclusions, ExcludedReplicaNotGrantedWhileAnotherIsRoutable) {
 // Documented behaviour: an older waiter that excluded the freed replica is skipped and the next
 // waiter that can use it is bound instead; the skipped waiter keeps its place at the head.
 TEST(SchedulerExclusions, SkippedWaiterLetsTheNextOneUseTheReplica) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   s.add_replica(2, kModel, 1);
@@ -430,7 +437,7 @@ TEST(SchedulerExclusions, SkippedWaiterLetsTheNextOneUseTheReplica) {
 }
 
 TEST(SchedulerExclusions, NewcomerUsesSlotThatQueuedRetryExcludes) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   s.add_replica(2, kModel, 1);
@@ -443,7 +450,7 @@ TEST(SchedulerExclusions, NewcomerUsesSlotThatQueuedRetryExcludes) {
 }
 
 TEST(SchedulerExclusions, IgnoredWhenTheyCoverEveryRoutableReplica) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   EXPECT_EQ(grant(s, 1, kModel, {1}), 1u);
@@ -454,7 +461,7 @@ TEST(SchedulerExclusions, IgnoredWhenTheyCoverEveryRoutableReplica) {
 }
 
 TEST(SchedulerExclusions, UnroutableReplicasDoNotCountForCoverage) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   s.add_replica(2, kModel, 1);
@@ -463,7 +470,7 @@ TEST(SchedulerExclusions, UnroutableReplicasDoNotCountForCoverage) {
 }
 
 TEST(SchedulerExclusions, ZeroSlotReplicaDoesNotKeepRetryWaiting) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   s.add_replica(2, kModel, 0);
@@ -471,7 +478,7 @@ TEST(SchedulerExclusions, ZeroSlotReplicaDoesNotKeepRetryWaiting) {
 }
 
 TEST(SchedulerExclusions, QueuedRetryFallsBackWhenLastAlternativeTurnsUnroutable) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   s.add_replica(2, kModel, 1);
@@ -484,7 +491,7 @@ TEST(SchedulerExclusions, QueuedRetryFallsBackWhenLastAlternativeTurnsUnroutable
 }
 
 TEST(SchedulerExclusions, QueuedRetryFallsBackWhenAlternativeIsRemovedAndDrains) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   s.add_replica(2, kModel, 1);
@@ -499,7 +506,7 @@ TEST(SchedulerExclusions, QueuedRetryFallsBackWhenAlternativeIsRemovedAndDrains)
 }
 
 TEST(SchedulerExclusions, NewReplicaServesRetryThatCoveredEverything) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   grant(s, 100);
@@ -508,14 +515,14 @@ TEST(SchedulerExclusions, NewReplicaServesRetryThatCoveredEverything) {
 }
 
 TEST(SchedulerExclusions, UnknownIdsInExclusionsAreHarmless) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   EXPECT_EQ(grant(s, 1, kModel, {99, 98}), 1u);
 }
 
 TEST(SchedulerExclusions, ExcludedReplicaAvoidedAmongFreeOnes) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   for (ReplicaId r = 1; r <= 3; ++r) {
     s.add_replica(r, kModel, 2);
@@ -529,7 +536,7 @@ TEST(SchedulerExclusions, ExcludedReplicaAvoidedAmongFreeOnes) {
 // Cancel
 
 TEST(SchedulerCancel, CancelledWaiterIsNeverGranted) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   grant(s, 100);
@@ -544,7 +551,7 @@ TEST(SchedulerCancel, CancelledWaiterIsNeverGranted) {
 }
 
 TEST(SchedulerCancel, UnknownOrGrantedOrTwiceReturnsFalse) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   EXPECT_FALSE(s.cancel(12345));
@@ -558,7 +565,7 @@ TEST(SchedulerCancel, UnknownOrGrantedOrTwiceReturnsFalse) {
 }
 
 TEST(SchedulerCancel, CancellingHeadMovesOldest) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   expect_queued(s, 1, at(5));
   expect_queued(s, 2, at(7));
@@ -568,7 +575,7 @@ TEST(SchedulerCancel, CancellingHeadMovesOldest) {
 }
 
 TEST(SchedulerCancel, CancelIsCheapWithLongQueue) {
-  Scheduler s(20000);
+  Scheduler s(20000, least_loaded());
   s.add_model(kModel);
   for (WaiterId w = 1; w <= 10000; ++w) {
     expect_queued(s, w);
@@ -585,7 +592,7 @@ TEST(SchedulerCancel, CancelIsCheapWithLongQueue) {
 // Replica lifecycle
 
 TEST(SchedulerReplicas, NewReplicaStartsRoutable) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 3);
   EXPECT_TRUE(s.has_replica(1));
@@ -595,7 +602,7 @@ TEST(SchedulerReplicas, NewReplicaStartsRoutable) {
 }
 
 TEST(SchedulerReplicas, UnknownReplicaQueriesAreZero) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   EXPECT_FALSE(s.has_replica(5));
   EXPECT_FALSE(s.routable(5));
   EXPECT_EQ(s.slots(5), 0u);
@@ -607,7 +614,7 @@ TEST(SchedulerReplicas, UnknownReplicaQueriesAreZero) {
 }
 
 TEST(SchedulerReplicas, UnroutableReplicaGetsNothing) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 2);
   s.add_replica(2, kModel, 2);
@@ -620,7 +627,7 @@ TEST(SchedulerReplicas, UnroutableReplicaGetsNothing) {
 }
 
 TEST(SchedulerReplicas, UnroutableReplicaKeepsInFlightAndReleaseDoesNotBindToIt) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   grant(s, 1);
@@ -633,7 +640,7 @@ TEST(SchedulerReplicas, UnroutableReplicaKeepsInFlightAndReleaseDoesNotBindToIt)
 }
 
 TEST(SchedulerReplicas, RoutableAgainDispatchesQueue) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 2);
   s.set_routable(1, false);
@@ -646,7 +653,7 @@ TEST(SchedulerReplicas, RoutableAgainDispatchesQueue) {
 }
 
 TEST(SchedulerReplicas, AddReplicaDispatchesQueue) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   grant(s, 100);
@@ -658,7 +665,7 @@ TEST(SchedulerReplicas, AddReplicaDispatchesQueue) {
 }
 
 TEST(SchedulerReplicas, MoreSlotsDispatchQueue) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   grant(s, 100);
@@ -670,7 +677,7 @@ TEST(SchedulerReplicas, MoreSlotsDispatchQueue) {
 }
 
 TEST(SchedulerReplicas, ShrunkSlotsGrantNothingUntilDrainedBelowLimit) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 4);
   for (WaiterId w = 1; w <= 4; ++w) {
@@ -688,7 +695,7 @@ TEST(SchedulerReplicas, ShrunkSlotsGrantNothingUntilDrainedBelowLimit) {
 }
 
 TEST(SchedulerReplicas, ZeroSlotsMeansNoGrants) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 0);
   expect_queued(s, 1);
@@ -696,7 +703,7 @@ TEST(SchedulerReplicas, ZeroSlotsMeansNoGrants) {
 }
 
 TEST(SchedulerReplicas, RemovedReplicaLingersUntilLastRelease) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 2);
   grant(s, 1);
@@ -722,7 +729,7 @@ TEST(SchedulerReplicas, RemovedReplicaLingersUntilLastRelease) {
 }
 
 TEST(SchedulerReplicas, IdleReplicaIsForgottenAtOnce) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 2);
   s.remove_replica(1);
@@ -732,7 +739,7 @@ TEST(SchedulerReplicas, IdleReplicaIsForgottenAtOnce) {
 }
 
 TEST(SchedulerReplicas, ReaddedReplicaKeepsCountingOldBindings) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 2);
   grant(s, 1);
@@ -747,7 +754,7 @@ TEST(SchedulerReplicas, ReaddedReplicaKeepsCountingOldBindings) {
 }
 
 TEST(SchedulerReplicas, ReannouncingLiveReplicaRefreshesIt) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   grant(s, 1);
@@ -760,7 +767,7 @@ TEST(SchedulerReplicas, ReannouncingLiveReplicaRefreshesIt) {
 }
 
 TEST(SchedulerReplicas, ReplicaCanMoveToAnotherModel) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   s.add_model(kOther);
   s.add_replica(1, kModel, 1);
@@ -776,7 +783,7 @@ TEST(SchedulerReplicas, ReplicaCanMoveToAnotherModel) {
 // Statistics
 
 TEST(SchedulerStats, QueueDepthAndOldestWaiter) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   EXPECT_EQ(s.queue_depth(kModel), 0u);
   EXPECT_EQ(s.oldest_waiter_since(kModel), std::nullopt);
@@ -791,7 +798,7 @@ TEST(SchedulerStats, QueueDepthAndOldestWaiter) {
 }
 
 TEST(SchedulerStats, BusyAndFreeSlotsCountRoutableReplicasOnly) {
-  Scheduler s(10);
+  Scheduler s(10, least_loaded());
   s.add_model(kModel);
   EXPECT_EQ(s.busy_slots(kModel), 0u);
   EXPECT_EQ(s.free_slots(kModel), 0u);
@@ -820,7 +827,7 @@ TEST(SchedulerStats, BusyAndFreeSlotsCountRoutableReplicasOnly) {
 // Efficiency: the dispatch scan must not walk the queue when nothing more can be bound.
 
 TEST(SchedulerEfficiency, ReleaseWithLongQueueVisitsOneWaiter) {
-  Scheduler s(20000);
+  Scheduler s(20000, least_loaded());
   s.add_model(kModel);
   for (ReplicaId r = 1; r <= 4; ++r) {
     s.add_replica(r, kModel, 2);
@@ -839,7 +846,7 @@ TEST(SchedulerEfficiency, ReleaseWithLongQueueVisitsOneWaiter) {
 }
 
 TEST(SchedulerEfficiency, DrainingLongQueueVisitsEachWaiterOnce) {
-  Scheduler s(20000);
+  Scheduler s(20000, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   grant(s, 0);
@@ -858,7 +865,7 @@ TEST(SchedulerEfficiency, DrainingLongQueueVisitsEachWaiterOnce) {
 }
 
 TEST(SchedulerEfficiency, NewCapacityStopsScanWhenFilled) {
-  Scheduler s(20000);
+  Scheduler s(20000, least_loaded());
   s.add_model(kModel);
   for (WaiterId w = 1; w <= 10000; ++w) {
     expect_queued(s, w);
@@ -873,7 +880,7 @@ TEST(SchedulerEfficiency, NewCapacityStopsScanWhenFilled) {
 
 // Waiters skipped for their exclusions are the only ones a dispatch passes over.
 TEST(SchedulerEfficiency, ScanPassesOnlyOverExcludingWaiters) {
-  Scheduler s(100);
+  Scheduler s(100, least_loaded());
   s.add_model(kModel);
   s.add_replica(1, kModel, 1);
   s.add_replica(2, kModel, 1);

@@ -15,7 +15,7 @@ TEST(RoutingOptions, PolicyNames) {
   EXPECT_EQ(parse_policy(""), std::nullopt);
   EXPECT_STREQ(to_string(RoutingPolicy::expected_finish), "expected_finish");
   EXPECT_STREQ(to_string(RoutingPolicy::least_loaded), "least_loaded");
-  EXPECT_EQ(RoutingOptions{}.policy, RoutingPolicy::least_loaded);
+  EXPECT_EQ(RoutingOptions{}.policy, RoutingPolicy::expected_finish);
 }
 
 TEST(RoutingOptions, PriorityHeader) {
@@ -174,8 +174,8 @@ TEST(SpeedModel, FirstTokenTimeSplitsTheDuration) {
 TEST(SpeedModel, WholeDurationScalesBothSpeeds) {
   SpeedModel s(options());
   s.add_replica(kPhone, "m");
-  // Expected 1,000 * 0.02 + 10 * 0.1 = 21 s; it took 42 s: both twice as slow.
-  s.learn(kPhone, {.uncached_tokens = 1000, .answer_tokens = 10, .duration_seconds = 42});
+  // Expected 1,000 * 0.02 + 9 decode steps * 0.1 = 20.9 s; it took 41.8 s: both twice as slow.
+  s.learn(kPhone, {.uncached_tokens = 1000, .answer_tokens = 10, .duration_seconds = 41.8});
   EXPECT_DOUBLE_EQ(s.prefill_seconds_per_token(kPhone), 0.04);
   EXPECT_DOUBLE_EQ(s.decode_seconds_per_token(kPhone), 0.2);
 }

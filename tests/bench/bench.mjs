@@ -1048,8 +1048,11 @@ async function scenarioCpu() {
       nginx: (upstream, buffering = true) => (valgrind) =>
         startNginx({ proxyTo: upstream.replace('http://', ''), buffering, valgrind }),
     };
-    // --quick: Fleetgate only (each valgrind start costs seconds).
-    const available = QUICK ? ['fleetgate'] : ['fleetgate', ...(HAS.haproxy ? ['haproxy'] : []), 'nginx'];
+    // --quick: Fleetgate only (each valgrind start costs seconds). FLEETGATE_BENCH_CPU=fleetgate
+    // (a comma-separated list) measures only those: a before/after loop on one change.
+    const only = (process.env.FLEETGATE_BENCH_CPU ?? '').split(',').filter(Boolean);
+    const available = (QUICK ? ['fleetgate'] : ['fleetgate', ...(HAS.haproxy ? ['haproxy'] : []), 'nginx'])
+      .filter((name) => only.length === 0 || only.includes(name));
     for (const name of available) {
       log(`cpu: ${name} under callgrind: idle run, ${N} requests, ${NS} streams of ${streamChunks} events`);
       const base = await measure('idle', name, 0, CHAT, proxies[name](backend.url));

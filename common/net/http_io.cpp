@@ -50,9 +50,8 @@ asio::awaitable<void> drain_and_close(Conn* conn, std::uint64_t max_bytes) {
 }
 
 void append_response_head(std::string& head, unsigned status, std::string_view content_type,
-                          std::optional<std::uint64_t> content_length,
-                          std::string_view request_id, const std::vector<Header>& extra,
-                          bool keep_alive) {
+                          std::optional<std::uint64_t> content_length, std::string_view request_id,
+                          const std::vector<Header>& extra, bool keep_alive) {
   head.reserve(head.size() + 256);
   head += "HTTP/1.1 ";
   head += std::to_string(status);

@@ -171,7 +171,8 @@ class SmallObject {
   // The object that is all of text, when the whole of it is in the subset.
   static std::optional<SmallObject> parse(std::string_view text) {
     std::size_t i = 0;
-    if (text.size() > kMaxMemberBytes || !walk_object(text, i, 1, [](std::string_view, const Member&) {}) ||
+    if (text.size() > kMaxMemberBytes ||
+        !walk_object(text, i, 1, [](std::string_view, const Member&) {}) ||
         skip_space(text, i) != text.size()) {
       return std::nullopt;
     }

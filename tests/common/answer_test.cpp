@@ -130,7 +130,8 @@ TEST(AnswerStats, WrongTypesAndHostileValuesAreIgnored) {
 // exactly like: every field equal, including what stays untouched.
 bool same_stats(const AnswerStats& a, const AnswerStats& b) {
   auto same_ms = [](const std::optional<double>& x, const std::optional<double>& y) {
-    return x.has_value() == y.has_value() && (!x || (*x == *y && std::signbit(*x) == std::signbit(*y)));
+    return x.has_value() == y.has_value() &&
+           (!x || (*x == *y && std::signbit(*x) == std::signbit(*y)));
   };
   return a.prompt_tokens == b.prompt_tokens && a.completion_tokens == b.completion_tokens &&
          a.cached_tokens == b.cached_tokens && a.prompt_n == b.prompt_n &&
@@ -144,7 +145,7 @@ TEST(AnswerSmallReader, ReadsLikeTheDom) {
       R"({ "prompt_tokens" : 1 , "completion_tokens" : 2 })",
       "{\"prompt_tokens\":\t1,\n\"completion_tokens\":\r2}",
       R"({})",
-      R"({"prompt_tokens":1,"prompt_tokens":"x"})",   // the last of repeated keys wins
+      R"({"prompt_tokens":1,"prompt_tokens":"x"})",  // the last of repeated keys wins
       R"({"prompt_tokens":"x","prompt_tokens":3})",
       R"({"prompt_tokens_details":{"cached_tokens":5},"prompt_tokens_details":{}})",
       R"({"prompt_tokens_details":{"cached_tokens":5},"prompt_tokens_details":null})",
@@ -153,16 +154,16 @@ TEST(AnswerSmallReader, ReadsLikeTheDom) {
       R"({"prompt_tokens":1.0,"completion_tokens":1e2,"input_tokens":3,"output_tokens":4})",
       R"({"input_tokens":20,"cache_read_input_tokens":100,"cache_creation_input_tokens":5,"output_tokens":4})",
       R"({"input_tokens":20,"cache_read_input_tokens":-1,"input_tokens_details":{"cached_tokens":9}})",
-      R"({"prompt_tokens":01})",                      // invalid: nlohmann refuses, nothing read
+      R"({"prompt_tokens":01})",  // invalid: nlohmann refuses, nothing read
       R"({"prompt_tokens":1,})",
       R"({"prompt_tokens":1 "completion_tokens":2})",
       R"({"prompt_tokens":1}x)",
       R"({"prompt_tokens":1e400})",
       R"({"prompt_tokens":2,"x":1e-400})",
       R"({"prompt_tokens":2,"x":"caf\u00e9","y":"\u00e9t\u00e9"})",  // escapes: the DOM reads it
-      "{\"prompt_tokens\":2,\"x\":\"caf\xc3\xa9\"}",  // UTF-8: the DOM reads it
-      "{\"prompt_tokens\":2,\"x\":\"\xff\"}",         // invalid UTF-8: refused
-      "{\"prompt_tokens\":2,\"x\":\"a\x01\"}",        // a control byte: refused
+      "{\"prompt_tokens\":2,\"x\":\"caf\xc3\xa9\"}",                 // UTF-8: the DOM reads it
+      "{\"prompt_tokens\":2,\"x\":\"\xff\"}",                        // invalid UTF-8: refused
+      "{\"prompt_tokens\":2,\"x\":\"a\x01\"}",                       // a control byte: refused
       R"({"prompt_\u0074okens":2})",
       R"({"prompt_tokens":2,"x":[1,[2,{"a":[true,false,null]}],"s"],"y":{"z":{}}})",
       R"({"prompt_tokens":2,"x":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]})",  // past 16: the DOM
@@ -210,12 +211,13 @@ TEST(AnswerSmallReader, ReadsLikeTheDom) {
 
 TEST(AnswerSmallReader, TakesWhatReplicasSendWithoutTheDom) {
   // llama-server's usage and timings, an Anthropic and a Responses usage: no DOM for these.
-  for (std::string_view object : {
-           R"({"completion_tokens":16,"prompt_tokens":12,"total_tokens":28,"prompt_tokens_details":{"cached_tokens":0}})",
-           R"({"cache_n":0,"prompt_n":12,"prompt_ms":8.31,"prompt_per_token_ms":0.6925,"prompt_per_second":1444.04,"predicted_n":16,"predicted_ms":402.114,"predicted_per_token_ms":25.132125,"predicted_per_second":39.789})",
-           R"({"input_tokens":20,"cache_creation_input_tokens":0,"cache_read_input_tokens":100,"output_tokens":4,"service_tier":"standard"})",
-           R"({"input_tokens":120,"input_tokens_details":{"cached_tokens":100},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":127})",
-       }) {
+  for (
+      std::string_view object : {
+          R"({"completion_tokens":16,"prompt_tokens":12,"total_tokens":28,"prompt_tokens_details":{"cached_tokens":0}})",
+          R"({"cache_n":0,"prompt_n":12,"prompt_ms":8.31,"prompt_per_token_ms":0.6925,"prompt_per_second":1444.04,"predicted_n":16,"predicted_ms":402.114,"predicted_per_token_ms":25.132125,"predicted_per_second":39.789})",
+          R"({"input_tokens":20,"cache_creation_input_tokens":0,"cache_read_input_tokens":100,"output_tokens":4,"service_tier":"standard"})",
+          R"({"input_tokens":120,"input_tokens_details":{"cached_tokens":100},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":127})",
+      }) {
     EXPECT_TRUE(detail::small_reader_takes(object)) << object;
   }
   EXPECT_FALSE(detail::small_reader_takes(R"({"x":"\u00e9"})"));

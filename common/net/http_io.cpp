@@ -49,11 +49,10 @@ asio::awaitable<void> drain_and_close(Conn* conn, std::uint64_t max_bytes) {
   conn->close();
 }
 
-std::string response_head(unsigned status, std::string_view content_type,
-                          std::optional<std::uint64_t> content_length,
+void append_response_head(std::string& head, unsigned status, std::string_view content_type,
+                          std::optional<std::uint64_t> content_length, std::string_view request_id,
                           const std::vector<Header>& extra, bool keep_alive) {
-  std::string head;
-  head.reserve(256);
+  head.reserve(head.size() + 256);
   head += "HTTP/1.1 ";
   head += std::to_string(status);
   head += ' ';
@@ -72,6 +71,11 @@ std::string response_head(unsigned status, std::string_view content_type,
   } else {
     head += "Transfer-Encoding: chunked\r\n";
   }
+  if (!request_id.empty()) {
+    head += "X-Request-Id: ";
+    head += request_id;
+    head += "\r\n";
+  }
   for (const auto& [name, value] : extra) {
     head += name;
     head += ": ";
@@ -82,6 +86,13 @@ std::string response_head(unsigned status, std::string_view content_type,
     head += "Connection: close\r\n";
   }
   head += "\r\n";
+}
+
+std::string response_head(unsigned status, std::string_view content_type,
+                          std::optional<std::uint64_t> content_length,
+                          const std::vector<Header>& extra, bool keep_alive) {
+  std::string head;
+  append_response_head(head, status, content_type, content_length, {}, extra, keep_alive);
   return head;
 }
 

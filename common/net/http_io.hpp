@@ -37,6 +37,11 @@ asio::awaitable<void> drain_and_close(Conn* conn, std::uint64_t max_bytes = kLin
 std::string response_head(unsigned status, std::string_view content_type,
                           std::optional<std::uint64_t> content_length,
                           const std::vector<Header>& extra, bool keep_alive);
+// The same appended to head, with "X-Request-Id: request_id" (unless empty) before extra: what
+// ResponseWriter sends, built without a vector of headers or a copy of the id.
+void append_response_head(std::string& head, unsigned status, std::string_view content_type,
+                          std::optional<std::uint64_t> content_length, std::string_view request_id,
+                          const std::vector<Header>& extra, bool keep_alive);
 
 // A complete response with a body of known length.
 std::string full_response(unsigned status, std::string_view content_type, std::string_view body,

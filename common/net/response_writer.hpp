@@ -78,7 +78,6 @@ class ResponseWriter {
                                      std::optional<std::uint64_t> length, std::vector<Header> extra,
                                      bool event_stream);
   boost::asio::awaitable<bool> write(std::string bytes);
-  std::vector<Header> base_headers() const;
 
   Conn& conn_;
   std::string request_id_;

@@ -3,7 +3,8 @@
 // What the gateway reads in a replica's answer besides relaying it: the usage and timings the
 // replica reports (token counts for logs and metrics, and the speeds a router can learn from)
 // and, in an error answer, its OpenAI error object. Every reader is linear in the answer and
-// parses only the small member it needs, with fg::parse_network_json; no text is kept.
+// parses only the small member it needs (usage and timings without allocating, falling back to
+// fg::parse_network_json for what that reader declines; answer.cpp); no text is kept.
 
 #include <cstdint>
 #include <optional>
@@ -41,6 +42,13 @@ struct AnswerStats {
 
 // From a whole (non-streamed) answer.
 void read_stats_from_body(Api api, std::string_view body, AnswerStats& stats);
+namespace detail {
+// read_stats_from_body with nlohmann's DOM only: the reference the small reader is checked
+// against (tests/common/answer_test.cpp, the fuzz target answer_stats).
+void read_stats_from_body_dom(Api api, std::string_view body, AnswerStats& stats);
+// Whether the small reader reads this object itself (true) or leaves it to the DOM.
+bool small_reader_takes(std::string_view object);
+}  // namespace detail
 // From one event of a streamed answer; later reports overwrite earlier ones field by field.
 void read_stats_from_event(Api api, const SseEvent& event, AnswerStats& stats);
 

@@ -8,13 +8,27 @@ namespace fg::openai {
 
 namespace {
 
+// The first CR or LF of text at or after from, or npos. A loop instead of
+// find_first_of("\r\n"): libstdc++ calls memchr on the two-byte set for every byte it scans,
+// which was 71k of the ~305k instructions a proxied 10-event stream cost (callgrind, `./fleet
+// bench cpu`). One compare per byte here for all bytes above '\r'.
+std::size_t find_line_break(std::string_view text, std::size_t from = 0) {
+  for (std::size_t i = from; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c <= '\r' && (c == '\r' || c == '\n')) {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
 // Writes each line of text behind prefix, so a payload containing line breaks stays one event
 // instead of ending it early (the reader joins the data lines back with '\n').
 std::string prefix_lines(std::string_view prefix, std::string_view text) {
   std::string out;
   out.reserve(text.size() + prefix.size() + 3);
   while (true) {
-    const std::size_t end = text.find_first_of("\r\n");
+    const std::size_t end = find_line_break(text);
     out += prefix;
     out += text.substr(0, end);
     out += '\n';
@@ -40,7 +54,7 @@ void SseParser::feed(std::string_view bytes) {
         continue;
       }
     }
-    const std::size_t end = bytes.find_first_of("\r\n");
+    const std::size_t end = find_line_break(bytes);
     if (end == std::string_view::npos) {
       line_.append(bytes);
       return;
@@ -247,7 +261,7 @@ bool SseRelay::feed(std::string_view bytes, std::string& out) {
     if (c != '\r' && c != '\n') {
       breaks_ = 0;
       after_cr_ = false;
-      const std::size_t next = held_.find_first_of("\r\n", i + 1);
+      const std::size_t next = find_line_break(held_, i + 1);
       i = next == std::string::npos ? held_.size() : next;
       continue;
     }

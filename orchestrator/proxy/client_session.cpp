@@ -69,7 +69,14 @@ asio::awaitable<void> keepalive_loop(ClientWriter* writer, Clock::duration inter
   asio::steady_timer timer(co_await asio::this_coro::executor);
   for (;;) {
     timer.expires_after(interval);
-    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (ec) {
+      // Cancelled (the request ended): return at once. Awaiting anything more here throws
+      // operation_aborted (Asio's throw_if_cancelled), which every stream did: ~27k
+      // instructions of throwing and unwinding, 11% of a proxied 10-event stream. A cancel
+      // that comes during a comment's write still ends it by that exception.
+      co_return;
+    }
     if (writer->content_started() || writer->finished()) {
       timer.expires_at(asio::steady_timer::time_point::max());
       co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));

@@ -288,7 +288,11 @@ asio::awaitable<UpstreamError> read_whole_body(net::Conn* conn, boost::beast::fl
     co_return UpstreamError::too_large;
   }
   for (;;) {
-    *body += parser->take_body();
+    if (body->empty()) {
+      *body = parser->take_body();  // the first piece is moved, not copied into a new string
+    } else {
+      *body += parser->take_body();
+    }
     if (body->size() > cap) {
       co_return UpstreamError::too_large;
     }

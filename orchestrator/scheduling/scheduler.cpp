@@ -113,6 +113,19 @@ std::vector<std::size_t> Scheduler::usable(const Model& m, const std::vector<std
   return out;
 }
 
+bool Scheduler::any_usable(const Model& m, const std::vector<std::size_t>& free,
+                           const Request& request) const {
+  if (free.empty() || request.exclude.empty() || !exclusions_apply(m, request.exclude)) {
+    return !free.empty();
+  }
+  for (std::size_t index : free) {
+    if (!contains(request.exclude, m.replicas[index])) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Models and replicas
 
@@ -548,7 +561,7 @@ std::optional<Scheduler::Pick> Scheduler::select_least_loaded(Model& m,
         if (pass.count_visits) {
           ++last_dispatch_visits_;
         }
-        if (!group_full(it->request.group) && !usable(m, free, it->request).empty()) {
+        if (!group_full(it->request.group) && any_usable(m, free, it->request)) {
           break;
         }
       }

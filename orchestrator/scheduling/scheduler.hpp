@@ -268,6 +268,10 @@ class Scheduler {
   // Indices (routing order) of the model's free replicas the waiter may use.
   std::vector<std::size_t> usable(const Model& m, const std::vector<std::size_t>& free,
                                   const Request& request) const;
+  // !usable(m, free, request).empty() without building the vector: the least_loaded waiter
+  // scan asks it for every waiter it visits (one allocation each, ~200 instructions).
+  bool any_usable(const Model& m, const std::vector<std::size_t>& free,
+                  const Request& request) const;
   std::vector<std::size_t> free_indices(const Model& m) const;
 
   // Costs, in seconds.

@@ -858,6 +858,9 @@ async function scenarioScale() {
     const extra = `registration:
   token_env: FLEETGATE_BENCH_REGISTRATION_TOKEN
   allowed_urls: ["http://127.0.0.1:*/*"]
+  # The fake replicas cannot answer the URL challenge (a replica secret's HMAC); without this no
+  # replica became healthy and the challenge retries were measured instead of the probes.
+  url_challenge: false
   heartbeat_interval: 3600s
   expire_after: 7200s
 health:
@@ -1052,8 +1055,11 @@ async function scenarioCpu() {
       nginx: (upstream, buffering = true) => (valgrind) =>
         startNginx({ proxyTo: upstream.replace('http://', ''), buffering, valgrind }),
     };
-    // --quick: Fleetgate only (each valgrind start costs seconds).
-    const available = QUICK ? ['fleetgate'] : ['fleetgate', ...(HAS.haproxy ? ['haproxy'] : []), 'nginx'];
+    // --quick: Fleetgate only (each valgrind start costs seconds). FLEETGATE_BENCH_CPU=fleetgate
+    // (a comma-separated list) measures only those: a before/after loop on one change.
+    const only = (process.env.FLEETGATE_BENCH_CPU ?? '').split(',').filter(Boolean);
+    const available = (QUICK ? ['fleetgate'] : ['fleetgate', ...(HAS.haproxy ? ['haproxy'] : []), 'nginx'])
+      .filter((name) => only.length === 0 || only.includes(name));
     for (const name of available) {
       log(`cpu: ${name} under callgrind: idle run, ${N} requests, ${NS} streams of ${streamChunks} events`);
       const base = await measure('idle', name, 0, CHAT, proxies[name](backend.url));
@@ -1068,6 +1074,12 @@ async function scenarioCpu() {
       };
       rows.push(row);
       log(`  ${name}: ${fmt(row.ir_per_request, 0)} instructions/request, ${fmt(row.ir_per_stream, 0)} per ${streamChunks}-event stream`);
+      if (name === 'fleetgate') {
+        // The profiles themselves, for callgrind_annotate --tree=caller (who calls malloc, ...).
+        for (const [kind, f] of [['idle', base.file], ['json', json.file], ['stream', stream?.file]]) {
+          if (f) fs.copyFileSync(f, path.join(OUT, `cpu-fleetgate-${kind}.callgrind`));
+        }
+      }
       if (name === 'fleetgate' && hasCommand('callgrind_annotate')) {
         try {
           const self = diffProfiles(base.file, json.file, N, false);

@@ -1,5 +1,6 @@
 #include "common/openai/answer.hpp"
 
+#include <cmath>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -123,6 +124,105 @@ TEST(AnswerStats, WrongTypesAndHostileValuesAreIgnored) {
   deep += "}}";
   read_stats_from_body(Api::openai, deep, stats);
   EXPECT_FALSE(stats.prompt_tokens);
+}
+
+// The small reader of usage and timings (answer.cpp) against nlohmann's DOM, which it must read
+// exactly like: every field equal, including what stays untouched.
+bool same_stats(const AnswerStats& a, const AnswerStats& b) {
+  auto same_ms = [](const std::optional<double>& x, const std::optional<double>& y) {
+    return x.has_value() == y.has_value() &&
+           (!x || (*x == *y && std::signbit(*x) == std::signbit(*y)));
+  };
+  return a.prompt_tokens == b.prompt_tokens && a.completion_tokens == b.completion_tokens &&
+         a.cached_tokens == b.cached_tokens && a.prompt_n == b.prompt_n &&
+         same_ms(a.prompt_ms, b.prompt_ms) && a.predicted_n == b.predicted_n &&
+         same_ms(a.predicted_ms, b.predicted_ms) && a.cache_n == b.cache_n;
+}
+
+TEST(AnswerSmallReader, ReadsLikeTheDom) {
+  const std::string usages[] = {
+      R"({"prompt_tokens":7012,"completion_tokens":6,"total_tokens":7018,"prompt_tokens_details":{"cached_tokens":4096}})",
+      R"({ "prompt_tokens" : 1 , "completion_tokens" : 2 })",
+      "{\"prompt_tokens\":\t1,\n\"completion_tokens\":\r2}",
+      R"({})",
+      R"({"prompt_tokens":1,"prompt_tokens":"x"})",  // the last of repeated keys wins
+      R"({"prompt_tokens":"x","prompt_tokens":3})",
+      R"({"prompt_tokens_details":{"cached_tokens":5},"prompt_tokens_details":{}})",
+      R"({"prompt_tokens_details":{"cached_tokens":5},"prompt_tokens_details":null})",
+      R"({"prompt_tokens":18446744073709551615,"completion_tokens":18446744073709551616})",
+      R"({"prompt_tokens":-0,"completion_tokens":0,"cached_tokens":1})",
+      R"({"prompt_tokens":1.0,"completion_tokens":1e2,"input_tokens":3,"output_tokens":4})",
+      R"({"input_tokens":20,"cache_read_input_tokens":100,"cache_creation_input_tokens":5,"output_tokens":4})",
+      R"({"input_tokens":20,"cache_read_input_tokens":-1,"input_tokens_details":{"cached_tokens":9}})",
+      R"({"prompt_tokens":01})",  // invalid: nlohmann refuses, nothing read
+      R"({"prompt_tokens":1,})",
+      R"({"prompt_tokens":1 "completion_tokens":2})",
+      R"({"prompt_tokens":1}x)",
+      R"({"prompt_tokens":1e400})",
+      R"({"prompt_tokens":2,"x":1e-400})",
+      R"({"prompt_tokens":2,"x":"caf\u00e9","y":"\u00e9t\u00e9"})",  // escapes: the DOM reads it
+      "{\"prompt_tokens\":2,\"x\":\"caf\xc3\xa9\"}",                 // UTF-8: the DOM reads it
+      "{\"prompt_tokens\":2,\"x\":\"\xff\"}",                        // invalid UTF-8: refused
+      "{\"prompt_tokens\":2,\"x\":\"a\x01\"}",                       // a control byte: refused
+      R"({"prompt_\u0074okens":2})",
+      R"({"prompt_tokens":2,"x":[1,[2,{"a":[true,false,null]}],"s"],"y":{"z":{}}})",
+      R"({"prompt_tokens":2,"x":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]})",  // past 16: the DOM
+      R"({"prompt_tokens":2,"x":tru})",
+      R"({"prompt_tokens":2,"x":-})",
+      R"({"prompt_tokens":2,"x":1.})",
+      R"({"prompt_tokens":2,"x":.5})",
+      R"({"prompt_tokens":2,"x":[1,]})",
+      R"([1,2])",
+      R"("usage")",
+      R"(7)",
+      R"(null)",
+  };
+  const std::string timings[] = {
+      R"({"prompt_n":2916,"prompt_ms":34210.5,"predicted_n":6,"predicted_ms":640.25,"cache_n":4096})",
+      R"({"prompt_ms":-0.0,"predicted_ms":-0})",
+      R"({"prompt_ms":-1,"predicted_ms":"x","prompt_n":1.5,"cache_n":-3})",
+      R"({"prompt_ms":1.7976931348623157e308,"predicted_ms":0.1e1,"predicted_n":99999999999999999999})",
+      R"({"prompt_ms":123456789012345678901234567890.123456789})",
+      R"({"prompt_ms":1E+2,"predicted_ms":2e-2})",
+      R"({"prompt_ms":1,"prompt_ms":2})",
+      R"({"prompt_ms":1})",
+      R"({"prompt_ms":1)",
+      R"(false)",
+  };
+  for (Api api : {Api::openai, Api::responses, Api::anthropic}) {
+    for (const auto& usage : usages) {
+      for (const auto& t : timings) {
+        for (bool prefilled : {false, true}) {
+          const std::string body = R"({"id":"x","usage":)" + usage + R"(,"timings":)" + t + "}";
+          AnswerStats small;
+          AnswerStats dom;
+          if (prefilled) {
+            small = {1, 2, 3, 4, 5.5, 6, 7.5, 8};
+            dom = small;
+          }
+          read_stats_from_body(api, body, small);
+          detail::read_stats_from_body_dom(api, body, dom);
+          EXPECT_TRUE(same_stats(small, dom)) << static_cast<int>(api) << " " << body;
+        }
+      }
+    }
+  }
+}
+
+TEST(AnswerSmallReader, TakesWhatReplicasSendWithoutTheDom) {
+  // llama-server's usage and timings, an Anthropic and a Responses usage: no DOM for these.
+  for (
+      std::string_view object : {
+          R"({"completion_tokens":16,"prompt_tokens":12,"total_tokens":28,"prompt_tokens_details":{"cached_tokens":0}})",
+          R"({"cache_n":0,"prompt_n":12,"prompt_ms":8.31,"prompt_per_token_ms":0.6925,"prompt_per_second":1444.04,"predicted_n":16,"predicted_ms":402.114,"predicted_per_token_ms":25.132125,"predicted_per_second":39.789})",
+          R"({"input_tokens":20,"cache_creation_input_tokens":0,"cache_read_input_tokens":100,"output_tokens":4,"service_tier":"standard"})",
+          R"({"input_tokens":120,"input_tokens_details":{"cached_tokens":100},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":127})",
+      }) {
+    EXPECT_TRUE(detail::small_reader_takes(object)) << object;
+  }
+  EXPECT_FALSE(detail::small_reader_takes(R"({"x":"\u00e9"})"));
+  EXPECT_FALSE(detail::small_reader_takes(R"({"x":1e400})"));
+  EXPECT_FALSE(detail::small_reader_takes("7"));
 }
 
 TEST(ReadError, OpenAiErrorObject) {

@@ -112,6 +112,23 @@ write("registration", "bad_slots", json.dumps({"url": "https://a.acu.run", "mode
 write("registration", "deep", "{\"url\":" + "[" * 200 + "]" * 200 + "}")
 write("registration", "not_object", "[1,2]")
 
+# ---- answer_stats: a flags byte (API = byte % 3, stats filled first when byte & 4), the body ----
+for name, flags, body in [
+        ("llama_openai", 0, '{"choices":[{"message":{"content":"hi"}}],"usage":{"completion_tokens":16,'
+         '"prompt_tokens":12,"total_tokens":28,"prompt_tokens_details":{"cached_tokens":0}},'
+         '"timings":{"cache_n":0,"prompt_n":12,"prompt_ms":8.31,"predicted_n":16,"predicted_ms":402.114}}'),
+        ("responses", 1, '{"id":"r","usage":{"input_tokens":120,"input_tokens_details":{"cached_tokens":100},'
+         '"output_tokens":7}}'),
+        ("anthropic", 2 | 4, '{"usage":{"input_tokens":20,"cache_read_input_tokens":100,'
+         '"cache_creation_input_tokens":5,"output_tokens":4}}'),
+        ("repeated", 4, '{"usage":{"prompt_tokens":1,"prompt_tokens":"x"},"timings":{"prompt_ms":1,"prompt_ms":-0.0}}'),
+        ("numbers", 0, '{"usage":{"prompt_tokens":18446744073709551616,"completion_tokens":-0},'
+         '"timings":{"prompt_ms":1e400,"predicted_ms":2E-2,"predicted_n":1.0}}'),
+        ("escapes", 0, '{"usage":{"prompt_tokens":2,"x":"caf\\u00e9","y":"\u00e9"}}'),
+        ("nested", 0, '{"usage":{"prompt_tokens":2,"x":' + "[" * 20 + "]" * 20 + '}}'),
+]:
+    write("answer_stats", name, bytes([flags]) + body.encode("utf-8", "surrogateescape"))
+
 # ---- url_glob: the pattern line, then the URL ----
 for name, pattern, url in [
         ("suffix", "https://*.acu.run", "https://a1b2.acu.run"),

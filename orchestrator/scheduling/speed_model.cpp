@@ -112,6 +112,8 @@ const char* to_string(SpeedSnapshot::Source source) {
       return "agent";
     case SpeedSnapshot::Source::learned:
       return "learned";
+    case SpeedSnapshot::Source::model_peers:
+      return "peers";
   }
   return "default";
 }
@@ -203,38 +205,67 @@ void SpeedModel::learn(ReplicaId id, const SpeedSample& sample) {
   } else if (sample.duration_seconds > 0 &&
              (sample.uncached_tokens >= min_prefill || sample.answer_tokens >= min_decode)) {
     // Only the whole duration: both speeds scaled by how far it was off their prediction.
+    const double prefill_now = prefill_spt(s);
+    const double decode_now = decode_spt(s);
     const double predicted =
-        sample.uncached_tokens * s.prefill_spt + decode_steps(sample.answer_tokens) * s.decode_spt;
+        sample.uncached_tokens * prefill_now + decode_steps(sample.answer_tokens) * decode_now;
     if (predicted > 0) {
       const double factor = sample.duration_seconds / predicted;
       if (sample.uncached_tokens >= min_prefill) {
-        prefill = s.prefill_spt * factor;
+        prefill = prefill_now * factor;
       }
       if (sample.answer_tokens >= min_decode) {
-        decode = s.decode_spt * factor;
+        decode = decode_now * factor;
       }
     }
   }
+  ModelStats& peers = models_[s.model];
   if (prefill && std::isfinite(*prefill) && *prefill > 0) {
     s.prefill_spt = s.prefill_samples == 0 && !s.seeded ? *prefill : blend(s.prefill_spt, *prefill);
     ++s.prefill_samples;
+    peers.peer_prefill_spt =
+        peers.peer_prefill_spt ? blend(*peers.peer_prefill_spt, *prefill) : *prefill;
   }
   if (decode && std::isfinite(*decode) && *decode > 0) {
     s.decode_spt = s.decode_samples == 0 && !s.seeded ? *decode : blend(s.decode_spt, *decode);
     ++s.decode_samples;
+    peers.peer_decode_spt = peers.peer_decode_spt ? blend(*peers.peer_decode_spt, *decode) : *decode;
   }
+}
+
+const SpeedModel::ModelStats* SpeedModel::model_stats(const std::string& model) const {
+  auto it = models_.find(model);
+  return it == models_.end() ? nullptr : &it->second;
+}
+
+double SpeedModel::prefill_spt(const Speeds& s) const {
+  if (s.prefill_samples == 0 && !s.seeded) {
+    if (const auto* m = model_stats(s.model); m && m->peer_prefill_spt) {
+      return *m->peer_prefill_spt;
+    }
+  }
+  return s.prefill_spt;
+}
+
+double SpeedModel::decode_spt(const Speeds& s) const {
+  if (s.decode_samples == 0 && !s.seeded) {
+    if (const auto* m = model_stats(s.model); m && m->peer_decode_spt) {
+      return *m->peer_decode_spt;
+    }
+  }
+  return s.decode_spt;
 }
 
 double SpeedModel::prefill_seconds_per_token(ReplicaId id) const {
   auto it = replicas_.find(id);
   return it == replicas_.end() ? 1.0 / std::max(options_.default_prefill_tps, 1e-6)
-                               : it->second.prefill_spt;
+                               : prefill_spt(it->second);
 }
 
 double SpeedModel::decode_seconds_per_token(ReplicaId id) const {
   auto it = replicas_.find(id);
   return it == replicas_.end() ? 1.0 / std::max(options_.default_decode_tps, 1e-6)
-                               : it->second.decode_spt;
+                               : decode_spt(it->second);
 }
 
 SpeedSnapshot SpeedModel::snapshot(ReplicaId id) const {
@@ -250,6 +281,9 @@ SpeedSnapshot SpeedModel::snapshot(ReplicaId id) const {
       snap.source = SpeedSnapshot::Source::learned;
     } else if (s.seeded) {
       snap.source = SpeedSnapshot::Source::agent_measurement;
+    } else if (const auto* m = model_stats(s.model);
+               m && (m->peer_prefill_spt || m->peer_decode_spt)) {
+      snap.source = SpeedSnapshot::Source::model_peers;
     }
   }
   return snap;

@@ -60,7 +60,8 @@ inline double decode_steps(double tokens) {
 }
 
 struct SpeedSnapshot {
-  enum class Source { configured_default, agent_measurement, learned };
+  // model_peers: unmeasured, read as what its model's other replicas showed (SpeedModel).
+  enum class Source { configured_default, agent_measurement, learned, model_peers };
   double prefill_tps = 0;
   double decode_tps = 0;
   std::uint64_t prefill_samples = 0;
@@ -94,7 +95,11 @@ class SpeedModel {
   void seed(ReplicaId id, double prefill_tps, double decode_tps);
   void learn(ReplicaId id, const SpeedSample& sample);
 
-  // Seconds per token; the configured default for an unknown replica.
+  // Seconds per token; the configured default for an unknown replica. A replica with neither
+  // samples nor the agent's measurement reads as its model's learned peers (a smoothed figure
+  // over every sample of that model's replicas) once there are any: at the configured default
+  // a new phone can look many times slower than its measured twins, and expected_finish would
+  // then never send it the traffic it would learn from.
   double prefill_seconds_per_token(ReplicaId id) const;
   double decode_seconds_per_token(ReplicaId id) const;
   SpeedSnapshot snapshot(ReplicaId id) const;
@@ -117,9 +122,15 @@ class SpeedModel {
   struct ModelStats {
     std::optional<double> tokens_per_byte;
     std::optional<double> answer_tokens;
+    std::optional<double> peer_prefill_spt;  // over every learned sample of the model
+    std::optional<double> peer_decode_spt;
   };
 
   void reset(Speeds& s) const;
+  // What a replica's figure reads as (its own, or its model's peers' when it has none).
+  double prefill_spt(const Speeds& s) const;
+  double decode_spt(const Speeds& s) const;
+  const ModelStats* model_stats(const std::string& model) const;
   double blend(double current, double sample) const;
 
   RoutingOptions options_;

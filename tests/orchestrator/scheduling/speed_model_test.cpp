@@ -145,7 +145,8 @@ TEST(SpeedModel, DecodeTimeCoversOneStepFewerThanTokens) {
   s.add_replica(8, "m");
   s.learn(8, {.timings = Timings{
                   .prompt_n = 1000, .prompt_ms = 10000, .predicted_n = 1, .predicted_ms = 0.001}});
-  EXPECT_DOUBLE_EQ(s.decode_seconds_per_token(8), 0.1);  // still the default
+  // No decode learned: it reads as its model's peers (kPhone's 0.2), not from this answer.
+  EXPECT_DOUBLE_EQ(s.decode_seconds_per_token(8), 0.2);
   EXPECT_EQ(s.snapshot(8).decode_samples, 0u);
 }
 
@@ -195,10 +196,38 @@ TEST(SpeedModel, AgentMeasurementSeedsUntilSamplesArrive) {
   // Once learned, a new measurement does not override what traffic showed.
   s.seed(kPhone, 1000, 1000);
   EXPECT_DOUBLE_EQ(s.prefill_seconds_per_token(kPhone), (0.005 + 0.01) / 2);
-  // Nonsense is ignored.
-  s.add_replica(8, "m");
+  // Nonsense is ignored (a replica of another model: no peers to read as).
+  s.add_replica(8, "n");
   s.seed(8, 0, -1);
   EXPECT_EQ(s.snapshot(8).source, SpeedSnapshot::Source::configured_default);
+}
+
+TEST(SpeedModel, AnUnmeasuredReplicaReadsAsItsModelsLearnedPeers) {
+  // A phone nobody measured (no autotune in its /health, no traffic yet) beside phones of the same
+  // model that served traffic: at the configured default (10 tokens/s) it looked 50x slower
+  // than a fast peer, so expected_finish held every request for the peer and the new phone
+  // never got the traffic that would teach it (integration.llama_e2e: 4 parallel streams on two
+  // 2-slot phones all went to one).
+  SpeedModel s(options());
+  s.add_replica(1, "m");
+  s.add_replica(2, "m");
+  s.add_replica(3, "other");
+  s.add_replica(4, "m");
+  s.seed(4, 200, 40);
+  s.learn(1, {.timings = Timings{
+                  .prompt_n = 1000, .prompt_ms = 1000, .predicted_n = 11, .predicted_ms = 20}});
+  EXPECT_DOUBLE_EQ(s.prefill_seconds_per_token(2), 0.001);
+  EXPECT_DOUBLE_EQ(s.decode_seconds_per_token(2), 0.002);
+  EXPECT_EQ(s.snapshot(2).source, SpeedSnapshot::Source::model_peers);
+  EXPECT_STREQ(to_string(SpeedSnapshot::Source::model_peers), "peers");
+  // Another model's replica stays at the default, a measured one at its measurement.
+  EXPECT_EQ(s.snapshot(3).source, SpeedSnapshot::Source::configured_default);
+  EXPECT_DOUBLE_EQ(s.prefill_seconds_per_token(4), 1.0 / 200);
+  // Its own first sample replaces the peers' figure.
+  s.learn(2, {.timings = Timings{
+                  .prompt_n = 1000, .prompt_ms = 4000, .predicted_n = 11, .predicted_ms = 80}});
+  EXPECT_DOUBLE_EQ(s.prefill_seconds_per_token(2), 0.004);
+  EXPECT_EQ(s.snapshot(2).source, SpeedSnapshot::Source::learned);
 }
 
 TEST(SpeedModel, ModelChangeStartsOver) {

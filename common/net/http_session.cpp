@@ -120,10 +120,12 @@ asio::awaitable<ReadResult> read_request(Conn* conn, beast::flat_buffer* buffer,
           *out = reader.release();
           co_return result;
         }
-        if (limits->body_budget != nullptr && facts.has_body() && !result.streamed) {
-          // A chunked body may grow to the body limit.
+        if (limits->body_budget != nullptr && facts.has_body()) {
+          // A chunked body may grow to the body limit; a streamed one holds what its route says.
           auto reserved = limits->body_budget->try_reserve(
-              facts.content_length.value_or(limits->body_limit), limits->body_budget_limit);
+              result.streamed ? result.streamed->held_bytes
+                              : facts.content_length.value_or(limits->body_limit),
+              limits->body_budget_limit);
           if (!reserved) {
             result.kind = ReadResult::Kind::refused;
             result.reply = ErrorReply{503,
@@ -133,7 +135,8 @@ asio::awaitable<ReadResult> read_request(Conn* conn, beast::flat_buffer* buffer,
                                       {{"Retry-After", "1"}}};
             result.must_close = true;
             result.reason = result.reply->code;
-            result.unread_body = unread_body(facts, limits->body_limit);
+            result.unread_body = unread_body(facts, body_limit);
+            result.streamed.reset();
             *out = reader.release();
             co_return result;
           }
@@ -275,8 +278,17 @@ asio::awaitable<BodyStream::Piece> BodyStream::next() {
       failure_ = ReadFailure::body_timeout;
       continue;
     }
+    asio::mutable_buffer space;
+    try {
+      space = buffer_->prepare(kStreamReadChunk);
+    } catch (const std::length_error&) {
+      // The buffer holds an unfinished chunk line or trailer as long as its maximum: a client's
+      // malformed body, not our failure (as read_request treats it).
+      failure_ = ReadFailure::malformed;
+      continue;
+    }
     conn_->expires_after(left);
-    auto [ec, n] = co_await conn_->read_some(buffer_->prepare(kStreamReadChunk));
+    auto [ec, n] = co_await conn_->read_some(space);
     if (ec == beast::error::timeout) {
       failure_ = ReadFailure::body_timeout;
       continue;

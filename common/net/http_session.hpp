@@ -52,6 +52,9 @@ struct SessionLimits {
 struct StreamedBody {
   std::uint64_t limit = 0;
   std::string limit_key;
+  // Memory the route holds while the body streams, reserved from the session's body budget
+  // (SessionLimits::body_budget) until the request ends: streamed bodies count too.
+  std::uint64_t held_bytes = 0;
 };
 
 // A request body read from the connection piece by piece while its handler runs, for a route

@@ -238,19 +238,20 @@ std::string BatchService::new_id(const char* prefix) {
   return prefix + hex(bytes, sizeof bytes);
 }
 
-// Uploads a dead gateway left `uploading` (invisible, but their chunks take space). With SQLite
-// (one gateway per file) every one found at start is such a leftover. A shared database may hold
-// another gateway's upload in progress: there only uploads begun over a day ago are removed (at
-// the defaults an upload may take about 50 minutes: the body timeout plus one more per 4 MiB of
-// a 200 MB file), at start and then hourly.
+// Uploads left `uploading` (invisible, but their chunks take space): by a dead gateway, or by
+// an upload whose removal failed with the storage. With SQLite (one gateway per file) every one
+// found at start is such a leftover. Otherwise, and hourly, only uploads begun over a day ago
+// are removed: one may still be arriving (at the defaults an upload may take about 50 minutes,
+// the body timeout plus one more per 4 MiB of a 200 MB file), here or at another gateway of a
+// shared database.
 void BatchService::sweep_abandoned_uploads(bool at_start) {
   constexpr storage::UnixMs kDayMs = 24 * 3600 * 1000;
   const auto now = std::chrono::steady_clock::now();
-  if (!at_start && (!db_->shared() || now - last_sweep_ < std::chrono::hours(1))) {
+  if (!at_start && now - last_sweep_ < std::chrono::hours(1)) {
     return;
   }
   last_sweep_ = now;
-  const storage::UnixMs before = db_->shared() ? now_ms() - kDayMs : now_ms() + 1;
+  const storage::UnixMs before = at_start && !db_->shared() ? now_ms() + 1 : now_ms() - kDayMs;
   if (auto n = db_->delete_abandoned_uploads(before); n > 0) {
     log::info("removed uploads a previous run left unfinished", {{"files", n}});
   }
@@ -736,6 +737,9 @@ asio::awaitable<bool> BatchService::handle(net::ServerRequest r, ApiRoute route,
     log::error("batch API: storage failed", {{"error", e.what()}});
   }
   if (!writer.head_sent()) {
+    if (r.body != nullptr && !r.body->complete()) {
+      writer.refuse_keep_alive();  // the session closes after an unread body: say so
+    }
     co_await writer.send_error(500, "the gateway's batch storage failed", "storage_error");
   }
   co_return writer.keep_alive() && writer.finished();
@@ -840,10 +844,17 @@ asio::awaitable<bool> BatchService::upload(net::ServerRequest r, std::string own
         }
         db_->append_chunk(file.id, seq++, chunk);
       });
+  // Never throws: it runs on the way out of a storage failure too. What it cannot delete the
+  // hourly sweep (sweep_abandoned_uploads) removes.
   auto discard = [&] {
     if (created) {
-      db_->delete_file(owner, file.id);
       created = false;
+      try {
+        db_->delete_file(owner, file.id);
+      } catch (const std::exception& e) {
+        log::error("an unfinished upload could not be removed; the sweep will",
+                   {{"file", file.id}, {"error", e.what()}});
+      }
     }
   };
   std::optional<UploadReader::Error> error;

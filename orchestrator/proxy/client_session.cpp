@@ -481,8 +481,10 @@ std::optional<net::StreamedBody> streamed_body(const ProxyContext* ctx, const ne
       target_path(std::string_view(head.target().data(), head.target().size())) != "/v1/files") {
     return std::nullopt;
   }
+  // held_bytes: what one upload holds while it streams (a 1 MiB storage chunk growing, the piece
+  // being read, the read buffer), reserved from server.max_buffered_bytes like a whole body.
   return net::StreamedBody{batch::upload_body_limit(ctx->configs->current().batch),
-                           "batch.max_file_bytes"};
+                           "batch.max_file_bytes and its multipart framing", 3 * 1024 * 1024};
 }
 
 net::SessionLimits session_limits(const ProxyContext* ctx) {

@@ -307,6 +307,62 @@ TEST_F(SessionTest, AHeadRefusedByTheCheckIsNeverStreamed) {
   EXPECT_EQ(stats.pieces, 0u);
 }
 
+// Outside the body budget, any number of streamed uploads could each hold megabytes at once.
+class StreamedBudgetTest : public SessionTest {
+ protected:
+  StreamedBudgetTest() {
+    limits_.body_budget = &budget_;
+    limits_.body_budget_limit = 5000;
+    hooks_.handle = [this](ServerRequest r) -> asio::awaitable<bool> {
+      used_while_streaming_ = budget_.used();
+      while (r.body != nullptr && !(co_await r.body->next()).end) {
+      }
+      co_await r.writer->send_full(200, "text/plain", "ok");
+      co_return r.writer->keep_alive();
+    };
+    hooks_.stream_body = [this](const Request&) {
+      return std::optional(StreamedBody{1024 * 1024, "test.upload_limit", held_});
+    };
+  }
+  BodyBudget budget_;
+  std::uint64_t held_ = 0;
+  std::uint64_t used_while_streaming_ = 0;
+};
+
+TEST_F(StreamedBudgetTest, AStreamedBodyHoldsItsRoutesShareWhileItsHandlerRuns) {
+  held_ = 4000;
+  connect();
+  script(
+      "POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\nConnection: close\r\n\r\n"
+      "0123456789");
+  run();
+  EXPECT_EQ(received_.rfind("HTTP/1.1 200 ", 0), 0u) << received_;
+  EXPECT_EQ(used_while_streaming_, 4000u);
+  EXPECT_EQ(budget_.used(), 0u);  // released with the request
+}
+
+TEST_F(StreamedBudgetTest, AStreamedBodyPastTheBudgetIs503BeforeItsBodyIsRead) {
+  held_ = 6000;
+  connect();
+  script("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n0123456789");
+  run();
+  EXPECT_EQ(received_.rfind("HTTP/1.1 503 ", 0), 0u) << received_;
+  EXPECT_EQ(used_while_streaming_, 0u);
+}
+
+TEST_F(SessionTest, AStreamedChunkLineLongerThanTheBufferIsMalformedNotAServerFailure) {
+  StreamStats stats;
+  hooks_.handle = [&stats](ServerRequest r) { return reads_stream(r, &stats, SIZE_MAX); };
+  hooks_.stream_body = streams_uploads;
+  connect();
+  // A chunk size line with an endless extension: Beast keeps it whole in the read buffer.
+  script("POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5;" +
+         std::string(200'000, 'x'));
+  run();
+  ASSERT_TRUE(stats.failure.has_value());
+  EXPECT_EQ(*stats.failure, ReadFailure::malformed);
+}
+
 TEST_F(SessionTest, AnAnswerBeforeTheStreamEndsClosesTheConnection) {
   StreamStats stats;
   hooks_.handle = [&stats](ServerRequest r) { return reads_stream(r, &stats, 1); };

@@ -221,10 +221,16 @@ else
   say "ccache not found: a rebuild will take as long as the first build"
 fi
 # (A cache shared by several checkouts may name the toolchain file of one that is gone.)
+# (The same for the ggml include file of the host build.)
 toolchain_gone() {
-  local f
-  f="$(sed -n 's/^CMAKE_TOOLCHAIN_FILE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)"
-  [ -n "$f" ] && [ ! -f "$f" ]
+  local f key
+  for key in CMAKE_TOOLCHAIN_FILE CMAKE_PROJECT_ggml_INCLUDE; do
+    f="$(sed -n "s/^$key:[A-Z]*=//p" "$BUILD/CMakeCache.txt" 2>/dev/null)"
+    if [ -n "$f" ] && [ ! -f "$f" ]; then
+      return 0
+    fi
+  done
+  return 1
 }
 if [ "$force" -eq 1 ] || [ ! -f "$BUILD/CMakeCache.txt" ] || [ ! -f "$BUILD/.flags" ] ||
   [ "$(cat "$BUILD/.flags")" != "$STAMP_TEXT" ] || toolchain_gone; then

@@ -87,6 +87,15 @@ std::string start_script() {
          "export HOME=\"${HOME:-/root}\"\n"
          "export TMPDIR=\"${TMPDIR:-$PWD/tmp}\"\n"
          "mkdir -p \"$TMPDIR\" models\n"
+         "# HTTPS to the gateway and the model URL: the static agent's OpenSSL looks for CA\n"
+         "# certificates where Debian keeps them (/usr/lib/ssl), which an image may not have;\n"
+         "# the image's own bundle is named instead, unless SSL_CERT_FILE is set already.\n"
+         "if [ -z \"${SSL_CERT_FILE:-}\" ]; then\n"
+         "  for f in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt "
+         "/etc/ssl/cert.pem; do\n"
+         "    if [ -f \"$f\" ]; then export SSL_CERT_FILE=\"$f\"; break; fi\n"
+         "  done\n"
+         "fi\n"
          "chmod 0755 ./fleetgate-agent ./llama-server\n"
          "exec ./fleetgate-agent --config ./agent.yaml\n";
 }

@@ -177,7 +177,7 @@ describe('fleetgate deploy acurast', () => {
     const app = path.join(out, 'qwen3.5-0.8b/app');
     const record = path.join(dir, 'entry-record.json');
     fs.writeFileSync(path.join(app, 'fleetgate-agent'),
-      `#!/bin/sh\nprintf '{"args":"%s","cwd":"%s","tmpdir":"%s","home":"%s","bridge":"%s"}' "$*" "$PWD" "$TMPDIR" "$HOME" "$BRIDGE_SOCKET" > ${JSON.stringify(record)}\nexec sleep 0\n`);
+      `#!/bin/sh\nprintf '{"args":"%s","cwd":"%s","tmpdir":"%s","home":"%s","bridge":"%s","certs":"%s"}' "$*" "$PWD" "$TMPDIR" "$HOME" "$BRIDGE_SOCKET" "\${SSL_CERT_FILE:-}" > ${JSON.stringify(record)}\nexec sleep 0\n`);
     fs.writeFileSync(path.join(app, 'llama-server'), '#!/bin/sh\nexit 0\n');
     const home = path.join(dir, 'entry-home');
     fs.mkdirSync(home);
@@ -195,6 +195,10 @@ describe('fleetgate deploy acurast', () => {
     assert.ok(fs.statSync(path.join(app, 'tmp')).isDirectory() && fs.statSync(path.join(app, 'models')).isDirectory());
     assert.equal(seen.home, home);
     assert.equal(seen.bridge, 'fleetgate-test-bridge', 'the bridge socket reaches the agent');
+    // The image's CA bundle is named for the static agent's OpenSSL (its own default is Debian's
+    // /usr/lib/ssl, which an image may lack).
+    const bundle = ['/etc/ssl/certs/ca-certificates.crt', '/etc/pki/tls/certs/ca-bundle.crt', '/etc/ssl/cert.pem'].find((f) => fs.existsSync(f));
+    assert.equal(seen.certs, bundle ?? '', 'SSL_CERT_FILE names the image\'s CA bundle');
     for (const f of ['fleetgate-agent', 'llama-server']) {
       assert.ok((fs.statSync(path.join(app, f)).mode & 0o111) !== 0, `${f} made executable`);
     }

@@ -424,13 +424,13 @@ void read_timings(const Object& timings, AnswerStats& stats) {
   read_count(m[4], stats.cache_n);
 }
 
-// OpenAI's usage {prompt_tokens, completion_tokens, prompt_tokens_details.cached_tokens}.
+// A usage object of three members: the prompt's count, the answer's, and an object whose
+// cached_tokens is the prompt's cached part, under each API's own names.
 template <class Object>
-void read_openai_usage(const Object& usage, AnswerStats& stats) {
-  static constexpr std::string_view kNames[] = {"prompt_tokens", "completion_tokens",
-                                                "prompt_tokens_details"};
+void read_usage_triple(const Object& usage, const std::string_view (&names)[3],
+                       AnswerStats& stats) {
   static constexpr std::string_view kDetails[] = {"cached_tokens"};
-  const auto m = usage.members(kNames);
+  const auto m = usage.members(names);
   read_count(m[0], stats.prompt_tokens);
   read_count(m[1], stats.completion_tokens);
   if (auto details = m[2].object()) {
@@ -438,18 +438,20 @@ void read_openai_usage(const Object& usage, AnswerStats& stats) {
   }
 }
 
+// OpenAI's usage {prompt_tokens, completion_tokens, prompt_tokens_details.cached_tokens}.
+template <class Object>
+void read_openai_usage(const Object& usage, AnswerStats& stats) {
+  static constexpr std::string_view kNames[] = {"prompt_tokens", "completion_tokens",
+                                                "prompt_tokens_details"};
+  read_usage_triple(usage, kNames, stats);
+}
+
 // The Responses API's usage object {input_tokens, output_tokens, input_tokens_details}.
 template <class Object>
 void read_responses_usage(const Object& usage, AnswerStats& stats) {
   static constexpr std::string_view kNames[] = {"input_tokens", "output_tokens",
                                                 "input_tokens_details"};
-  static constexpr std::string_view kDetails[] = {"cached_tokens"};
-  const auto m = usage.members(kNames);
-  read_count(m[0], stats.prompt_tokens);
-  read_count(m[1], stats.completion_tokens);
-  if (auto details = m[2].object()) {
-    read_count(details->members(kDetails)[0], stats.cached_tokens);
-  }
+  read_usage_triple(usage, kNames, stats);
 }
 
 // Anthropic's usage object. The prompt is input_tokens plus the cache's reads and writes; a
@@ -523,8 +525,7 @@ void read_truncation(Api api, const std::optional<std::string_view>& a,
     case Api::responses:
       if (is_quoted(a)) {
         const auto reason = b ? top_level_member(*b, "reason") : std::nullopt;
-        stats.truncated =
-            *a == "\"incomplete\"" && reason && *reason == "\"max_output_tokens\"";
+        stats.truncated = *a == "\"incomplete\"" && reason && *reason == "\"max_output_tokens\"";
       }
       return;
     case Api::anthropic: {

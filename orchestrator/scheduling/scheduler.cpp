@@ -862,9 +862,9 @@ Grant Scheduler::bind(Model& m, const Pick& pick) {
   b.cached_tokens = cached_tokens(e, b.placement.cached_blocks);
   b.answer_tokens = e.answer_tokens;
   const double uncached = b.prompt_tokens - b.cached_tokens;
-  b.expected_end = after(now_, uncached * speeds_.prefill_seconds_per_token(id) +
-                                   decode_steps(b.answer_tokens) *
-                                       speeds_.decode_seconds_per_token(id));
+  b.expected_end =
+      after(now_, uncached * speeds_.prefill_seconds_per_token(id) +
+                      decode_steps(b.answer_tokens) * speeds_.decode_seconds_per_token(id));
   b.charged = uncached + b.answer_tokens;
   pick.place.tenant->usage += b.charged / weight(b.tenant);
   if (!b.group.empty()) {

@@ -229,7 +229,8 @@ void SpeedModel::learn(ReplicaId id, const SpeedSample& sample) {
   if (decode && std::isfinite(*decode) && *decode > 0) {
     s.decode_spt = s.decode_samples == 0 && !s.seeded ? *decode : blend(s.decode_spt, *decode);
     ++s.decode_samples;
-    peers.peer_decode_spt = peers.peer_decode_spt ? blend(*peers.peer_decode_spt, *decode) : *decode;
+    peers.peer_decode_spt =
+        peers.peer_decode_spt ? blend(*peers.peer_decode_spt, *decode) : *decode;
   }
 }
 

@@ -331,9 +331,9 @@ TEST(ReadStats, FinishReasonSaysWhetherTheTokenLimitCutTheAnswer) {
   EXPECT_FALSE(none.truncated);
 
   AnswerStats stream;
-  read_stats_from_event(Api::openai,
-                        {"", R"({"choices":[{"delta":{"content":"hi"},"finish_reason":null}]})", ""},
-                        stream);
+  read_stats_from_event(
+      Api::openai, {"", R"({"choices":[{"delta":{"content":"hi"},"finish_reason":null}]})", ""},
+      stream);
   EXPECT_FALSE(stream.truncated);
   read_stats_from_event(
       Api::openai, {"", R"({"choices":[{"delta":{},"finish_reason":"length","index":0}]})", ""},
@@ -361,9 +361,10 @@ TEST(ReadStats, FinishReasonSaysWhetherTheTokenLimitCutTheAnswer) {
       anthropic);
   EXPECT_EQ(anthropic.truncated, true);
   AnswerStats body;
-  read_stats_from_body(Api::anthropic,
-                       R"({"type":"message","stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":2}})",
-                       body);
+  read_stats_from_body(
+      Api::anthropic,
+      R"({"type":"message","stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":2}})",
+      body);
   EXPECT_EQ(body.truncated, false);
 }
 

@@ -650,8 +650,8 @@ TEST(WorkedExample, OfTheRoutingDoc) {
   EXPECT_EQ(granted(s, 101, only(reviewing(1, 101), kA)), kA);
   EXPECT_EQ(granted(s, 102, only(reviewing(2, 102, 4888), kB)), kB);
   EXPECT_EQ(granted(s, 103, only(reviewing(3, 103), kC)), kC);
-  queued(s, 1, reviewing(1, 1), 1);  // W1
-  queued(s, 2, reviewing(3, 2), 2);  // W2
+  queued(s, 1, reviewing(1, 1), 1);              // W1
+  queued(s, 2, reviewing(3, 2), 2);              // W2
   const double t = 7000 / 72.2 + 7 / 18.0 - 20;  // A frees in 20 s, B in 60 s
   // 1. C frees: W2 reuses P3 there (112.8 s); behind A it would take 117.3 s.
   EXPECT_EQ(pairs(s.release(kC, at_seconds(t))), (Pairs{{2, kC}}));

@@ -345,7 +345,8 @@ class Simulation {
       r.profile.mean_min_fast_per_prefix = min_fast_sum_ / observed_seconds_;
     }
     if (interactive_grants_ > 0) {
-      r.profile.interactive_mean_wait = interactive_wait_ / static_cast<double>(interactive_grants_);
+      r.profile.interactive_mean_wait =
+          interactive_wait_ / static_cast<double>(interactive_grants_);
     }
     return r;
   }

@@ -64,12 +64,12 @@ struct Result {
   // phone did not hold their prefix, and why.
   struct Profile {
     std::uint64_t grants = 0;
-    std::uint64_t hits = 0;              // the phone held the prefix
-    std::uint64_t slow_grants = 0;       // to a slow phone (below the fleet's top speed)
+    std::uint64_t hits = 0;         // the phone held the prefix
+    std::uint64_t slow_grants = 0;  // to a slow phone (below the fleet's top speed)
     std::uint64_t slow_hits = 0;
-    std::uint64_t misses_due = 0;        // missed while due (overtaken max_overtakes times)
-    std::uint64_t misses_slow = 0;       // missed on a slow phone
-    std::uint64_t misses_unheld = 0;     // no phone held the prefix at all
+    std::uint64_t misses_due = 0;     // missed while due (overtaken max_overtakes times)
+    std::uint64_t misses_slow = 0;    // missed on a slow phone
+    std::uint64_t misses_unheld = 0;  // no phone held the prefix at all
     std::uint64_t misses_interactive = 0;
     // Time-weighted: share of time some prefix was held by no fast phone, and the mean of the
     // smallest number of fast phones holding one prefix.

@@ -39,9 +39,11 @@ void tenants_row(const std::string& name, const sim::Result& idle, const sim::Re
   const auto& p = busy.profile;
   std::printf(
       "%-34s idle p95 %6.1f s mean %6.1f | beside batch p95 %6.1f s mean %6.1f (%.2fx p95, %llu "
-      "requests; mean wait %.1f s, %llu on slow phones, %llu without their prefix) | batch %.0f/h\n",
+      "requests; mean wait %.1f s, %llu on slow phones, %llu without their prefix) | batch "
+      "%.0f/h\n",
       name.c_str(), idle.interactive_p95, idle.interactive_mean, busy.interactive_p95,
-      busy.interactive_mean, idle.interactive_p95 > 0 ? busy.interactive_p95 / idle.interactive_p95 : 0,
+      busy.interactive_mean,
+      idle.interactive_p95 > 0 ? busy.interactive_p95 / idle.interactive_p95 : 0,
       static_cast<unsigned long long>(busy.interactive_completed), p.interactive_mean_wait,
       static_cast<unsigned long long>(p.interactive_slow),
       static_cast<unsigned long long>(p.interactive_misses), busy.per_hour);
@@ -110,7 +112,9 @@ int main() {
   // Two tenants: the interactive tenant (one review a minute, priority 10) alone on the fraud
   // fleet (warmed by the fraud review's clients for 10 minutes), then beside a batch tenant's 48
   // closed-loop clients.
-  std::printf("\nTwo tenants: interactive reviews (Poisson, 1/min, priority 10) alone on the warm fleet, then beside 48 batch clients\n");
+  std::printf(
+      "\nTwo tenants: interactive reviews (Poisson, 1/min, priority 10) alone on the warm fleet, "
+      "then beside 48 batch clients\n");
   sim::Config idle = fraud;
   idle.workload.clients_until = idle.warmup_seconds;
   idle.warmup_seconds += 600;  // the last reviews of the warm-up end

@@ -19,6 +19,7 @@ import path from 'node:path';
 import { eventually, request } from './lib/gateway.mjs';
 import { startAgent, stopAgent } from './lib/agent.mjs';
 import { makeTunnelKey, startFakeBridge, tunnelUrlForKey } from './lib/fake_bridge.mjs';
+import { writeRangeHead } from './lib/range.mjs';
 
 const MODEL = 'qwen3.5-test';
 const TOKEN = 'phone-registration-token';
@@ -62,17 +63,9 @@ async function startModelServer(content, { dropAfter = 0 } = {}) {
       res.writeHead(404).end();
       return;
     }
-    let start = 0;
-    const m = /^bytes=(\d+)-$/.exec(req.headers.range ?? '');
-    if (m) {
-      start = Number(m[1]);
-      if (start >= content.length) {
-        res.writeHead(416, { 'Content-Range': `bytes */${content.length}` }).end();
-        return;
-      }
-      res.writeHead(206, { 'Content-Range': `bytes ${start}-${content.length - 1}/${content.length}`, 'Content-Length': content.length - start });
-    } else {
-      res.writeHead(200, { 'Content-Length': content.length });
+    const start = writeRangeHead(req, res, content.length);
+    if (start === null) {
+      return;
     }
     if (srv.dropOnce) {
       srv.dropOnce = false;

@@ -34,6 +34,7 @@ import tls from 'node:tls';
 import { findQemu, startLogged } from '../../integration/lib/aarch64.mjs';
 import { startFakeBridge } from '../../integration/lib/fake_bridge.mjs';
 import { FLEETGATE_BIN, REPO_ROOT } from '../../integration/lib/gateway.mjs';
+import { writeRangeHead } from '../../integration/lib/range.mjs';
 
 // PATH as the runtime sets it in a Debian-like distro image.
 export const RUNTIME_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -139,17 +140,9 @@ export async function startFileServer(file) {
       res.writeHead(404).end();
       return;
     }
-    let start = 0;
-    const m = /^bytes=(\d+)-$/.exec(req.headers.range ?? '');
-    if (m) {
-      start = Number(m[1]);
-      if (start >= size) {
-        res.writeHead(416, { 'Content-Range': `bytes */${size}` }).end();
-        return;
-      }
-      res.writeHead(206, { 'Content-Range': `bytes ${start}-${size - 1}/${size}`, 'Content-Length': size - start });
-    } else {
-      res.writeHead(200, { 'Content-Length': size });
+    const start = writeRangeHead(req, res, size);
+    if (start === null) {
+      return;
     }
     const stream = fs.createReadStream(file, { start });
     stream.on('data', (chunk) => {

@@ -81,7 +81,7 @@ PromptBlocks PromptHasher::finish() {
 
 void PromptHasher::feed(std::string_view bytes) {
   out_.bytes += bytes.size();
-  while (!bytes.empty()) {
+  while (!bytes.empty() && out_.hashes.size() < kMaxPromptBlocks) {
     const std::size_t n = std::min(bytes.size(), kPromptBlockBytes - fill_);
     std::copy_n(bytes.data(), n, block_ + fill_);
     fill_ += n;

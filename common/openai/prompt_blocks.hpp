@@ -42,11 +42,16 @@ namespace fg::openai {
 using BlockHash = std::uint64_t;
 
 inline constexpr std::size_t kPromptBlockBytes = 128;
+// Blocks hashed per prompt, at most: 512 KiB of rendering, ~128k tokens, more than a phone's
+// context holds, so no phone caches a longer prefix. Past it only the byte count grows. Without
+// it a 4 MiB prompt (server.max_body_bytes) was 32,768 hashes (256 KiB) per request, each one
+// then looked up and placed in the scheduler's prompt-cache model on the io thread.
+inline constexpr std::size_t kMaxPromptBlocks = 4096;
 inline constexpr char kRoleMark = '\x1f';
 inline constexpr char kMessageEnd = '\x1e';
 
 struct PromptBlocks {
-  std::vector<BlockHash> hashes;  // one per whole block, chained
+  std::vector<BlockHash> hashes;  // one per whole block, chained; at most kMaxPromptBlocks
   std::uint64_t bytes = 0;        // length of the whole rendering, the partial block included
 };
 

@@ -48,6 +48,25 @@ TEST(PromptBlocks, OnlyWholeBlocksAreHashedButEveryByteCounts) {
   EXPECT_EQ(b.bytes, 2 * kPromptBlockBytes + 44);
 }
 
+TEST(PromptBlocks, AtMostMaxBlocksAreHashedAndEveryByteStillCounts) {
+  const std::size_t cap_bytes = kMaxPromptBlocks * kPromptBlockBytes;
+  const std::string prompt = words(cap_bytes + 10 * kPromptBlockBytes + 5, 3);
+  PromptBlocks long_one = whole(prompt);
+  EXPECT_EQ(long_one.hashes.size(), kMaxPromptBlocks);
+  EXPECT_EQ(long_one.bytes, prompt.size());
+  // The hashes kept are those of its first kMaxPromptBlocks blocks, as for the prefix alone.
+  PromptBlocks prefix = whole(std::string_view(prompt).substr(0, cap_bytes));
+  EXPECT_EQ(long_one.hashes, prefix.hashes);
+  // In pieces too (the scanner feeds it so).
+  PromptHasher h;
+  for (std::size_t i = 0; i < prompt.size(); i += 1000) {
+    h.add_prompt(std::string_view(prompt).substr(i, 1000));
+  }
+  PromptBlocks pieces = h.finish();
+  EXPECT_EQ(pieces.hashes, long_one.hashes);
+  EXPECT_EQ(pieces.bytes, prompt.size());
+}
+
 TEST(PromptBlocks, PiecesOfAnySizeGiveTheSameBlocks) {
   const std::string prompt = words(5000, 1);
   const PromptBlocks expected = whole(prompt);

@@ -39,7 +39,10 @@ describe('pass-through', () => {
         { name: 'm-prefix', endpoints: [`${plain.url}/phone7`] },
         { name: 'm-short-ka', endpoints: [shortKeepAlive.url] },
         { name: 'm-empty', endpoints: [] },
-        { name: 'm-wrong-host', endpoints: [wrongHost.url] },
+        // Probed once an hour: its probes fail too (the same TLS refusal), and after three of
+        // them (15 s at the default interval: within this file's run on a slow sanitized build)
+        // the request would wait in the queue for a healthy replica instead of being refused.
+        { name: 'm-wrong-host', health: { interval: '1h' }, endpoints: [wrongHost.url] },
       ],
       upstream: { api_key_env: 'FG_IT_REPLICA_KEY', ca_file: certs.caFile },
     }, { env });

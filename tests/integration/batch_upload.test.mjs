@@ -80,6 +80,20 @@ function uploadHead(gw, { key = KEY, length, expect = false }) {
   );
 }
 
+// Starts a raw 10 MiB upload, sends 3 MiB of it and waits until chunks of the unfinished upload
+// are in the database (the record stays invisible); resolves with the client, left open.
+async function startUnfinishedUpload(gw, db, fill) {
+  const client = await rawConnect(gw.publicUrl);
+  const length = Buffer.byteLength(PART_HEAD) + 10 * MIB + Buffer.byteLength(TAIL);
+  await client.write(uploadHead(gw, { length }) + PART_HEAD);
+  await client.write(Buffer.alloc(3 * MIB, fill));
+  await eventually(() => Number(sql(db, `select count(*) from file_chunks where file_id in (select id from files where state = ${UPLOADING})`)) >= 2, {
+    timeoutMs: 20000,
+    what: 'chunks of the upload stored',
+  });
+  return client;
+}
+
 async function uploadFetch(gw, body) {
   const form = new FormData();
   form.append('purpose', 'batch');
@@ -209,15 +223,7 @@ describe('POST /v1/files streams the upload', () => {
 
   test('a client leaving mid-upload leaves no file record and no chunk', async () => {
     const before = sql(db, 'select count(*) from files');
-    const client = await rawConnect(gw.publicUrl);
-    const length = Buffer.byteLength(PART_HEAD) + 10 * MIB + Buffer.byteLength(TAIL);
-    await client.write(uploadHead(gw, { length }) + PART_HEAD);
-    await client.write(Buffer.alloc(3 * MIB, 'c'));
-    // Chunks of the unfinished upload are in the database (the record stays invisible).
-    await eventually(() => Number(sql(db, `select count(*) from file_chunks where file_id in (select id from files where state = ${UPLOADING})`)) >= 2, {
-      timeoutMs: 20000,
-      what: 'chunks of the upload stored',
-    });
+    const client = await startUnfinishedUpload(gw, db, 'c');
     client.socket.destroy();
     await eventually(() => gw.logs.some((l) => l.msg === 'upload ended before its body did'), { timeoutMs: 20000, what: 'the upload ended' });
     assert.equal(sql(db, `select count(*) from files where state = ${UPLOADING}`), '0');
@@ -243,14 +249,7 @@ describe('a gateway killed mid-upload', () => {
     const options = { env: { FLEETGATE_AGENT_BIN: AGENT_BIN, FG_IT_UPLOAD_KEYS: KEY }, timeoutMs: 15000 };
     const first = await startGateway(config, options);
     t.after(() => first.kill());
-    const client = await rawConnect(first.publicUrl);
-    const length = Buffer.byteLength(PART_HEAD) + 10 * MIB + Buffer.byteLength(TAIL);
-    await client.write(uploadHead(first, { length }) + PART_HEAD);
-    await client.write(Buffer.alloc(3 * MIB, 'k'));
-    await eventually(() => Number(sql(db, `select count(*) from file_chunks where file_id in (select id from files where state = ${UPLOADING})`)) >= 2, {
-      timeoutMs: 20000,
-      what: 'chunks of the upload stored',
-    });
+    const client = await startUnfinishedUpload(first, db, 'k');
     await first.kill(); // SIGKILL: no chance to clean up
     client.socket.destroy();
     assert.equal(sql(db, `select count(*) from files where state = ${UPLOADING}`), '1', 'the dead gateway left its upload');

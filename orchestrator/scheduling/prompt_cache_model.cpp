@@ -48,9 +48,14 @@ void PromptCacheModel::set_slots(ReplicaId phone, std::uint32_t slots) {
     if (p.slots.back().seq != 0) {
       drop_sequence(p.slots.back().seq);
     }
+    const auto last = static_cast<std::uint32_t>(p.slots.size() - 1);
+    p.idle_by_age.erase(lru_key(p.slots.back(), last));
     p.slots.pop_back();
   }
-  p.slots.resize(slots);
+  for (auto i = static_cast<std::uint32_t>(p.slots.size()); i < slots; ++i) {
+    p.slots.emplace_back();
+    p.idle_by_age.insert(lru_key(p.slots.back(), i));
+  }
 }
 
 void PromptCacheModel::set_host_capacity(ReplicaId phone, std::uint64_t blocks) {
@@ -94,24 +99,88 @@ std::span<const BlockHash> PromptCacheModel::blocks_of(SeqId seq) const {
   return it == seqs_.end() ? std::span<const BlockHash>() : std::span(it->second.blocks);
 }
 
+void PromptCacheModel::set_slot(Phone& p, std::uint32_t i, const Slot& next) {
+  Slot& s = p.slots[i];
+  if (!s.busy) {
+    p.idle_by_age.erase(lru_key(s, i));
+    p.idle_holding.erase(i);
+  }
+  s = next;
+  if (!s.busy) {
+    p.idle_by_age.insert(lru_key(s, i));
+    if (s.seq != 0) {
+      p.idle_holding.insert(i);
+    }
+  }
+}
+
+void PromptCacheModel::set_slot_seq(Phone& p, std::uint32_t i, SeqId seq) {
+  Slot next = p.slots[i];
+  next.seq = seq;
+  set_slot(p, i, next);
+}
+
 PromptCacheModel::Choice PromptCacheModel::choose_slot(
     const Phone& p, std::span<const BlockHash> prompt,
     std::optional<std::uint32_t> also_idle) const {
-  auto idle = [&](std::uint32_t i) { return !p.slots[i].busy || also_idle == i; };
-  bool any_idle = false;
-  for (std::uint32_t i = 0; i < p.slots.size(); ++i) {
-    any_idle = any_idle || idle(i);
+  // A busy slot counted as idle (an idle one is in the indexes already).
+  std::optional<std::uint32_t> extra;
+  if (also_idle && *also_idle < p.slots.size() && p.slots[*also_idle].busy) {
+    extra = also_idle;
+  }
+  if (p.idle_by_age.empty() && !extra) {
+    return choose_any_slot(p, prompt);
   }
   Choice choice;
-  // By similarity: the largest share of the new prompt already cached, above the threshold.
+  // By similarity: the largest share of the new prompt already cached, above the threshold; of
+  // equals the lowest index (llama.cpp scans in order and takes a strictly better one).
+  if (similarity_ > 0 && !prompt.empty()) {
+    double best = 0;
+    auto consider = [&](std::uint32_t i) {
+      const double sim =
+          share(common_prefix_blocks(blocks_of(p.slots[i].seq), prompt), prompt.size());
+      if (sim > similarity_ && (sim > best || (sim == best && i < *choice.slot))) {
+        best = sim;
+        choice.slot = i;
+      }
+    };
+    if (extra && p.slots[*extra].seq != 0) {
+      consider(*extra);
+    }
+    for (std::uint32_t i : p.idle_holding) {
+      if (best == 1.0 && i > *choice.slot) {
+        break;  // the whole prompt is cached there: nothing later beats it
+      }
+      consider(i);
+    }
+    if (choice.slot) {
+      auto held = blocks_of(p.slots[*choice.slot].seq);
+      choice.save_to_host = share(common_prefix_blocks(held, prompt), held.size()) < kSaveBelowKeep;
+      return choice;
+    }
+  }
+  // Least recently used.
+  if (!p.idle_by_age.empty()) {
+    choice.slot = ~p.idle_by_age.begin()->second;
+  }
+  if (extra && (!choice.slot || lru_key(p.slots[*extra], *extra) < *p.idle_by_age.begin())) {
+    choice.slot = extra;
+  }
+  choice.save_to_host = true;
+  return choice;
+}
+
+PromptCacheModel::Choice PromptCacheModel::choose_any_slot(
+    const Phone& p, std::span<const BlockHash> prompt) const {
+  Choice choice;
   if (similarity_ > 0 && !prompt.empty()) {
     double best = 0;
     for (std::uint32_t i = 0; i < p.slots.size(); ++i) {
-      if ((any_idle && !idle(i)) || p.slots[i].seq == 0) {
+      if (p.slots[i].seq == 0) {
         continue;
       }
-      auto held = blocks_of(p.slots[i].seq);
-      const double sim = share(common_prefix_blocks(held, prompt), prompt.size());
+      const double sim =
+          share(common_prefix_blocks(blocks_of(p.slots[i].seq), prompt), prompt.size());
       if (sim > best && sim > similarity_) {
         best = sim;
         choice.slot = i;
@@ -126,9 +195,6 @@ PromptCacheModel::Choice PromptCacheModel::choose_slot(
   // Least recently used (the last of equals, as llama.cpp's `<=` picks).
   std::uint64_t oldest = 0;
   for (std::uint32_t i = 0; i < p.slots.size(); ++i) {
-    if (any_idle && !idle(i)) {
-      continue;
-    }
     if (!choice.slot || p.slots[i].last_used <= oldest) {
       oldest = p.slots[i].last_used;
       choice.slot = i;
@@ -207,7 +273,7 @@ void PromptCacheModel::save_to_host(Phone& p, std::uint32_t slot) {
   }
   Sequence& s = seqs_.at(id);
   s.slot = kHost;
-  p.slots[slot].seq = 0;
+  set_slot_seq(p, slot, 0);
   p.host.push_back(id);
   p.host_blocks += s.blocks.size();
   touch(id);
@@ -237,7 +303,7 @@ PromptCacheModel::Placement PromptCacheModel::on_send(ReplicaId phone,
       p.host.remove(loaded);
       p.host_blocks -= s.blocks.size();
       s.slot = static_cast<std::int32_t>(slot);
-      p.slots[slot].seq = loaded;
+      set_slot_seq(p, slot, loaded);
     }
   }
   placement.cached_blocks = common_prefix_blocks(blocks_of(p.slots[slot].seq), prompt);
@@ -245,9 +311,10 @@ PromptCacheModel::Placement PromptCacheModel::on_send(ReplicaId phone,
     drop_sequence(p.slots[slot].seq);
   }
   // `p` stays valid: phones_ is not touched by eviction, only sequences are.
-  p.slots[slot].seq =
-      prompt.empty() ? 0 : add_sequence(phone, static_cast<std::int32_t>(slot), prompt);
-  p.slots[slot].busy = true;
+  Slot next = p.slots[slot];
+  next.seq = prompt.empty() ? 0 : add_sequence(phone, static_cast<std::int32_t>(slot), prompt);
+  next.busy = true;
+  set_slot(p, slot, next);
   return placement;
 }
 
@@ -256,11 +323,12 @@ void PromptCacheModel::on_finish(ReplicaId phone, std::uint32_t slot) {
   if (it == phones_.end() || slot >= it->second.slots.size()) {
     return;
   }
-  Slot& s = it->second.slots[slot];
-  s.busy = false;
-  s.last_used = ++tick_;
-  if (s.seq != 0) {
-    touch(s.seq);
+  Slot next = it->second.slots[slot];
+  next.busy = false;
+  next.last_used = ++tick_;
+  set_slot(it->second, slot, next);
+  if (next.seq != 0) {
+    touch(next.seq);
   }
 }
 
@@ -323,7 +391,7 @@ void PromptCacheModel::drop_sequence(SeqId seq) {
       p.host_blocks -= s.blocks.size();
     } else if (static_cast<std::size_t>(s.slot) < p.slots.size() &&
                p.slots[static_cast<std::size_t>(s.slot)].seq == seq) {
-      p.slots[static_cast<std::size_t>(s.slot)].seq = 0;
+      set_slot_seq(p, static_cast<std::uint32_t>(s.slot), 0);
     }
   }
   used_ -= cost(s.blocks.size());

@@ -27,8 +27,10 @@
 #include <cstdint>
 #include <list>
 #include <optional>
+#include <set>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/openai/prompt_blocks.hpp"
@@ -118,9 +120,19 @@ class PromptCacheModel {
     bool busy = false;
     std::uint64_t last_used = 0;
   };
+  // An idle slot's place in least-recently-used order: older first, and among equals the
+  // higher index first (llama.cpp's `<=` scan picks the last of equals).
+  using LruKey = std::pair<std::uint64_t, std::uint32_t>;
+  static LruKey lru_key(const Slot& slot, std::uint32_t i) { return {slot.last_used, ~i}; }
   struct Phone {
     std::vector<Slot> slots;
-    std::list<SeqId> host;  // oldest first
+    // Indexes of the idle slots, kept by set_slot: choosing a slot walks only the idle slots that
+    // hold a prompt and takes the least recently used one in O(log slots). A scan of every slot
+    // cost 20.5k instructions per request on a 1,024-slot replica (bench cpu, 20% of a proxied
+    // request).
+    std::set<LruKey> idle_by_age;
+    std::set<std::uint32_t> idle_holding;  // idle slots with a prompt, by index
+    std::list<SeqId> host;                 // oldest first
     std::uint64_t host_capacity = 0;
     std::uint64_t host_blocks = 0;
   };
@@ -130,8 +142,13 @@ class PromptCacheModel {
   };
 
   std::span<const BlockHash> blocks_of(SeqId seq) const;
+  // Every change of a slot goes through here, so that the phone's idle indexes stay true.
+  static void set_slot(Phone& p, std::uint32_t i, const Slot& next);
+  static void set_slot_seq(Phone& p, std::uint32_t i, SeqId seq);
   Choice choose_slot(const Phone& p, std::span<const BlockHash> prompt,
                      std::optional<std::uint32_t> also_idle) const;
+  // choose_slot when no slot is idle (the model out of step with the phone): every slot counts.
+  Choice choose_any_slot(const Phone& p, std::span<const BlockHash> prompt) const;
   // The host entry llama.cpp would load into a slot holding `slot_seq`; 0 when none.
   SeqId best_host_entry(const Phone& p, SeqId slot_seq, std::span<const BlockHash> prompt) const;
   void save_to_host(Phone& p, std::uint32_t slot);

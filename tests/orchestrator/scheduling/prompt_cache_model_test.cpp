@@ -1,5 +1,6 @@
 #include "orchestrator/scheduling/prompt_cache_model.hpp"
 
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -258,6 +259,110 @@ TEST(PromptCacheModel, ResizeAndClear) {
   EXPECT_EQ(c.on_send(kPhone, prompt(1, 10)).cached_blocks, 0u);
   // An unknown phone places nothing.
   EXPECT_EQ(c.on_send(42, prompt(1, 10)).cached_blocks, 0u);
+}
+
+// llama-server's slot choice written as plainly as possible: every slot looked at, in order.
+// The model keeps indexes of its idle slots instead; in random traffic over many slots (and
+// resizes, and sends with every slot busy) the two must pick the same slot every time.
+struct ReferenceSlots {
+  struct Slot {
+    Blocks blocks;
+    bool busy = false;
+    std::uint64_t last_used = 0;
+  };
+  std::vector<Slot> slots;
+  std::uint64_t tick = 0;
+  double similarity = 0.1;
+
+  std::uint32_t choose(const Blocks& prompt, std::optional<std::uint32_t> also_idle) const {
+    auto idle = [&](std::uint32_t i) { return !slots[i].busy || also_idle == i; };
+    bool any_idle = false;
+    for (std::uint32_t i = 0; i < slots.size(); ++i) {
+      any_idle = any_idle || idle(i);
+    }
+    std::optional<std::uint32_t> pick;
+    double best = 0;
+    for (std::uint32_t i = 0; i < slots.size() && !prompt.empty(); ++i) {
+      if ((any_idle && !idle(i)) || slots[i].blocks.empty()) {
+        continue;
+      }
+      const double sim = static_cast<double>(common_prefix_blocks(slots[i].blocks, prompt)) /
+                         static_cast<double>(prompt.size());
+      if (sim > best && sim > similarity) {
+        best = sim;
+        pick = i;
+      }
+    }
+    if (pick) {
+      return *pick;
+    }
+    std::uint64_t oldest = 0;
+    for (std::uint32_t i = 0; i < slots.size(); ++i) {
+      if ((any_idle && !idle(i))) {
+        continue;
+      }
+      if (!pick || slots[i].last_used <= oldest) {
+        oldest = slots[i].last_used;
+        pick = i;
+      }
+    }
+    return *pick;
+  }
+};
+
+TEST(PromptCacheModel, SlotChoiceMatchesAScanOfEverySlotInRandomTraffic) {
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 20; ++round) {
+    PromptCacheModel c(kBig, 0.1);
+    ReferenceSlots ref;
+    auto resize = [&](std::uint32_t n) {
+      c.set_slots(kPhone, n);
+      ref.slots.resize(n);
+    };
+    resize(1 + static_cast<std::uint32_t>(rng() % 40));
+    for (int step = 0; step < 600; ++step) {
+      const auto roll = rng() % 100;
+      if (roll < 2) {
+        resize(1 + static_cast<std::uint32_t>(rng() % 40));
+        continue;
+      }
+      std::vector<std::uint32_t> busy;
+      for (std::uint32_t i = 0; i < ref.slots.size(); ++i) {
+        if (ref.slots[i].busy) {
+          busy.push_back(i);
+        }
+      }
+      if (roll < 45 && !busy.empty()) {
+        const std::uint32_t i = busy[rng() % busy.size()];
+        c.on_finish(kPhone, i);
+        ref.slots[i].busy = false;
+        ref.slots[i].last_used = ++ref.tick;
+        continue;
+      }
+      // A prompt: empty, or one of a few shared prefixes (sometimes whole) and a case of its own.
+      Blocks p;
+      if (rng() % 8 != 0) {
+        p = prompt(1 + rng() % 4, 1 + rng() % 12);
+        if (rng() % 3 != 0) {
+          p = concat(p, rng() % 1000, 1 + rng() % 6);
+        }
+      }
+      std::optional<std::uint32_t> also_idle;
+      if (!busy.empty() && rng() % 2 == 0) {
+        also_idle = busy[rng() % busy.size()];
+      }
+      const std::uint32_t want = ref.choose(p, also_idle);
+      EXPECT_EQ(c.expected_cached_blocks(kPhone, p, also_idle),
+                p.empty() ? 0u : common_prefix_blocks(ref.slots[want].blocks, p))
+          << "round " << round << " step " << step;
+      const std::uint32_t sent = ref.choose(p, std::nullopt);
+      const auto placed = c.on_send(kPhone, p);
+      ASSERT_EQ(placed.slot, sent) << "round " << round << " step " << step;
+      EXPECT_EQ(placed.cached_blocks, common_prefix_blocks(ref.slots[sent].blocks, p));
+      ref.slots[sent].blocks = p;
+      ref.slots[sent].busy = true;
+    }
+  }
 }
 
 }  // namespace

@@ -16,6 +16,10 @@
 #include <utility>
 #include <vector>
 
+// impl.h defines the inline members node.h only declares (Node::Type(), which IsMap() and the
+// others below call): without it a file using this header links only while some other object
+// happens to carry an out-of-line copy, which at -O2 none did.
+#include <yaml-cpp/node/impl.h>
 #include <yaml-cpp/node/node.h>
 
 #include "common/config/scalar.hpp"

@@ -7,6 +7,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -27,6 +28,12 @@ constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 bool socket_input_pending(tcp::socket& socket) {
   pollfd p{socket.native_handle(), POLLIN | POLLRDHUP, 0};
   return ::poll(&p, 1, 0) != 0;
+}
+
+// The default of the handler-based operations: not supported, reported as an operation would be.
+void post_unsupported(Conn& conn, std::function<void(error_code)> handler) {
+  asio::post(conn.get_executor(),
+             [handler = std::move(handler)] { handler(asio::error::operation_not_supported); });
 }
 
 class PlainConn final : public Conn {
@@ -74,6 +81,12 @@ class PlainConn final : public Conn {
     auto [ec] = co_await socket.async_wait(tcp::socket::wait_read, kUseTuple);
     wait_timer_.cancel();
     co_return wait_timed_out_ ? error_code(beast::error::timeout) : ec;
+  }
+  void async_wait_readable(WaitHandler handler) override {
+    stream_.socket().async_wait(tcp::socket::wait_read, std::move(handler));
+  }
+  void async_read_some(asio::mutable_buffer buffer, ReadHandler handler) override {
+    stream_.async_read_some(buffer, std::move(handler));
   }
   bool can_read_now() const override { return true; }
   IoResult read_now(asio::mutable_buffer buffer) override {
@@ -151,6 +164,19 @@ class TlsConn final : public Conn {
     wait_timer_.cancel();
     co_return wait_timed_out_ ? error_code(beast::error::timeout) : ec;
   }
+  void async_wait_readable(WaitHandler handler) override {
+    if (SSL_has_pending(stream_.native_handle()) != 0 ||
+        BIO_ctrl_pending(SSL_get_rbio(stream_.native_handle())) > 0) {
+      // OpenSSL holds input already: the socket may never wake.
+      asio::post(stream_.get_executor(), [handler = std::move(handler)] { handler({}); });
+      return;
+    }
+    beast::get_lowest_layer(stream_).socket().async_wait(tcp::socket::wait_read,
+                                                         std::move(handler));
+  }
+  void async_read_some(asio::mutable_buffer buffer, ReadHandler handler) override {
+    stream_.async_read_some(buffer, std::move(handler));
+  }
   bool can_read_now() const override { return false; }
   IoResult read_now(asio::mutable_buffer) override {
     return IoResult{asio::error::operation_not_supported, 0};
@@ -177,6 +203,14 @@ bool is_ip_literal(const std::string& host) {
 }
 
 }  // namespace
+
+void Conn::async_wait_readable(WaitHandler handler) {
+  post_unsupported(*this, std::move(handler));
+}
+
+void Conn::async_read_some(asio::mutable_buffer, ReadHandler handler) {
+  post_unsupported(*this, [handler = std::move(handler)](error_code ec) { handler(ec, 0); });
+}
 
 std::unique_ptr<Conn> make_plain_conn(tcp::socket socket) {
   socket.set_option(tcp::no_delay(true));

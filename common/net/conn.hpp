@@ -6,9 +6,12 @@
 #include <string>
 #include <string_view>
 
+#include <functional>
+
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/beast/core/error.hpp>
@@ -57,10 +60,28 @@ class Conn : public Closable {
   virtual bool can_read_now() const = 0;
   // Reads what has arrived, without waiting: would_block when nothing has, eof at the end.
   virtual IoResult read_now(asio::mutable_buffer buffer) = 0;
+  // wait_readable without a timeout and read_some, for a watch that waits with a plain handler
+  // instead of a coroutine frame (net::ClientWatch). handler runs on the connection's executor,
+  // never inside the call; an operation_aborted handler must touch nothing (a stopped watch).
+  // Connections that cannot (a batch line's capture) complete with operation_not_supported.
+  using WaitHandler = std::function<void(error_code)>;
+  using ReadHandler = std::function<void(error_code, std::size_t)>;
+  virtual void async_wait_readable(WaitHandler handler);
+  virtual void async_read_some(asio::mutable_buffer buffer, ReadHandler handler);
   virtual void expires_after(std::chrono::steady_clock::duration d) = 0;
   virtual void expires_never() = 0;
   virtual asio::any_io_executor get_executor() = 0;
   virtual tcp::socket& socket() = 0;
+
+  // What cancels the operation the coroutine serving this connection awaits: the listener spawns
+  // each connection's coroutine with a signal of its own and hands it over here (null for other
+  // connections). A watch emits it when the client leaves, which cancels the request in its own
+  // coroutine instead of racing it in a parallel group (net::ClientWatch).
+  asio::cancellation_signal* session_cancel() const { return session_cancel_; }
+  void set_session_cancel(asio::cancellation_signal* signal) { session_cancel_ = signal; }
+
+ private:
+  asio::cancellation_signal* session_cancel_ = nullptr;
 };
 
 std::unique_ptr<Conn> make_plain_conn(tcp::socket socket);

@@ -6,6 +6,8 @@
 #include <stdexcept>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
@@ -30,16 +32,46 @@ bool socket_input_pending(tcp::socket& socket) {
   return ::poll(&p, 1, 0) != 0;
 }
 
-// The default of the handler-based operations: not supported, reported as an operation would be.
-void post_unsupported(Conn& conn, std::function<void(error_code)> handler) {
-  asio::post(conn.get_executor(),
-             [handler = std::move(handler)] { handler(asio::error::operation_not_supported); });
-}
+// Waits for readability with a plain handler; a timer cancels the socket when timeout passes.
+// Its handler only touches the connection when it really fired; the connection's destruction
+// cancels it first. The user's handler runs last: it may destroy the connection.
+class ReadableWait {
+ public:
+  explicit ReadableWait(const asio::any_io_executor& executor) : timer_(executor) {}
+
+  void start(tcp::socket& socket, std::chrono::steady_clock::duration timeout,
+             Conn::WaitHandler handler) {
+    if (timeout == std::chrono::steady_clock::duration::max()) {
+      socket.async_wait(tcp::socket::wait_read, std::move(handler));
+      return;
+    }
+    timed_out_ = false;
+    timer_.expires_after(timeout);
+    timer_.async_wait([this, &socket](error_code ec) {
+      if (!ec) {
+        timed_out_ = true;
+        error_code ignored;
+        socket.cancel(ignored);
+      }
+    });
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    socket.async_wait(tcp::socket::wait_read,
+                      asio::bind_cancellation_slot(
+                          slot, [this, handler = std::move(handler)](error_code ec) mutable {
+                            timer_.cancel();
+                            std::move(handler)(timed_out_ ? error_code(beast::error::timeout) : ec);
+                          }));
+  }
+
+ private:
+  asio::steady_timer timer_;
+  bool timed_out_ = false;
+};
 
 class PlainConn final : public Conn {
  public:
   explicit PlainConn(beast::tcp_stream stream)
-      : stream_(std::move(stream)), wait_timer_(stream_.get_executor()) {}
+      : stream_(std::move(stream)), wait_(stream_.get_executor()) {}
 
   asio::awaitable<IoResult> read_some(asio::mutable_buffer buffer) override {
     auto [ec, n] = co_await stream_.async_read_some(buffer, kUseTuple);
@@ -61,30 +93,6 @@ class PlainConn final : public Conn {
   }
   bool is_open() const override { return stream_.socket().is_open(); }
   bool input_pending() override { return socket_input_pending(stream_.socket()); }
-  asio::awaitable<error_code> wait_readable(std::chrono::steady_clock::duration timeout) override {
-    auto& socket = stream_.socket();
-    if (timeout == std::chrono::steady_clock::duration::max()) {
-      auto [ec] = co_await socket.async_wait(tcp::socket::wait_read, kUseTuple);
-      co_return ec;
-    }
-    // A handler, not a second coroutine racing the wait: costs no frame. It only touches the
-    // connection when the timer really fired; the connection's destruction cancels it first.
-    wait_timed_out_ = false;
-    wait_timer_.expires_after(timeout);
-    wait_timer_.async_wait([this](error_code ec) {
-      if (!ec) {
-        wait_timed_out_ = true;
-        error_code ignored;
-        stream_.socket().cancel(ignored);
-      }
-    });
-    auto [ec] = co_await socket.async_wait(tcp::socket::wait_read, kUseTuple);
-    wait_timer_.cancel();
-    co_return wait_timed_out_ ? error_code(beast::error::timeout) : ec;
-  }
-  void async_wait_readable(WaitHandler handler) override {
-    stream_.socket().async_wait(tcp::socket::wait_read, std::move(handler));
-  }
   void async_read_some(asio::mutable_buffer buffer, ReadHandler handler) override {
     stream_.async_read_some(buffer, std::move(handler));
   }
@@ -103,16 +111,21 @@ class PlainConn final : public Conn {
   asio::any_io_executor get_executor() override { return stream_.get_executor(); }
   tcp::socket& socket() override { return stream_.socket(); }
 
+ protected:
+  void start_wait_readable(std::chrono::steady_clock::duration timeout,
+                           WaitHandler handler) override {
+    wait_.start(stream_.socket(), timeout, std::move(handler));
+  }
+
  private:
   beast::tcp_stream stream_;
-  asio::steady_timer wait_timer_;
-  bool wait_timed_out_ = false;
+  ReadableWait wait_;
 };
 
 class TlsConn final : public Conn {
  public:
   TlsConn(beast::tcp_stream stream, asio::ssl::context& ctx)
-      : stream_(std::move(stream), ctx), wait_timer_(stream_.get_executor()) {}
+      : stream_(std::move(stream), ctx), wait_(stream_.get_executor()) {}
 
   asio::awaitable<IoResult> read_some(asio::mutable_buffer buffer) override {
     auto [ec, n] = co_await stream_.async_read_some(buffer, kUseTuple);
@@ -141,39 +154,6 @@ class TlsConn final : public Conn {
     return SSL_has_pending(ssl) != 0 || BIO_ctrl_pending(SSL_get_rbio(ssl)) > 0 ||
            socket_input_pending(beast::get_lowest_layer(stream_).socket());
   }
-  asio::awaitable<error_code> wait_readable(std::chrono::steady_clock::duration timeout) override {
-    if (SSL_has_pending(stream_.native_handle()) != 0 ||
-        BIO_ctrl_pending(SSL_get_rbio(stream_.native_handle())) > 0) {
-      co_return error_code{};  // OpenSSL holds input already: the socket may never wake
-    }
-    auto& socket = beast::get_lowest_layer(stream_).socket();
-    if (timeout == std::chrono::steady_clock::duration::max()) {
-      auto [ec] = co_await socket.async_wait(tcp::socket::wait_read, kUseTuple);
-      co_return ec;
-    }
-    wait_timed_out_ = false;
-    wait_timer_.expires_after(timeout);
-    wait_timer_.async_wait([this](error_code ec) {
-      if (!ec) {
-        wait_timed_out_ = true;
-        error_code ignored;
-        beast::get_lowest_layer(stream_).socket().cancel(ignored);
-      }
-    });
-    auto [ec] = co_await socket.async_wait(tcp::socket::wait_read, kUseTuple);
-    wait_timer_.cancel();
-    co_return wait_timed_out_ ? error_code(beast::error::timeout) : ec;
-  }
-  void async_wait_readable(WaitHandler handler) override {
-    if (SSL_has_pending(stream_.native_handle()) != 0 ||
-        BIO_ctrl_pending(SSL_get_rbio(stream_.native_handle())) > 0) {
-      // OpenSSL holds input already: the socket may never wake.
-      asio::post(stream_.get_executor(), [handler = std::move(handler)] { handler({}); });
-      return;
-    }
-    beast::get_lowest_layer(stream_).socket().async_wait(tcp::socket::wait_read,
-                                                         std::move(handler));
-  }
   void async_read_some(asio::mutable_buffer buffer, ReadHandler handler) override {
     stream_.async_read_some(buffer, std::move(handler));
   }
@@ -190,10 +170,22 @@ class TlsConn final : public Conn {
 
   beast::ssl_stream<beast::tcp_stream>& stream() { return stream_; }
 
+ protected:
+  void start_wait_readable(std::chrono::steady_clock::duration timeout,
+                           WaitHandler handler) override {
+    if (SSL_has_pending(stream_.native_handle()) != 0 ||
+        BIO_ctrl_pending(SSL_get_rbio(stream_.native_handle())) > 0) {
+      // OpenSSL holds input already: the socket may never wake.
+      asio::post(stream_.get_executor(),
+                 [handler = std::move(handler)]() mutable { std::move(handler)(error_code{}); });
+      return;
+    }
+    wait_.start(beast::get_lowest_layer(stream_).socket(), timeout, std::move(handler));
+  }
+
  private:
   beast::ssl_stream<beast::tcp_stream> stream_;
-  asio::steady_timer wait_timer_;
-  bool wait_timed_out_ = false;
+  ReadableWait wait_;
 };
 
 bool is_ip_literal(const std::string& host) {
@@ -204,12 +196,20 @@ bool is_ip_literal(const std::string& host) {
 
 }  // namespace
 
-void Conn::async_wait_readable(WaitHandler handler) {
-  post_unsupported(*this, std::move(handler));
+asio::awaitable<error_code> Conn::wait_readable(std::chrono::steady_clock::duration timeout) {
+  auto [ec] = co_await async_wait_readable(timeout, kUseTuple);
+  co_return ec;
+}
+
+void Conn::start_wait_readable(std::chrono::steady_clock::duration, WaitHandler handler) {
+  asio::post(get_executor(), [handler = std::move(handler)]() mutable {
+    std::move(handler)(asio::error::operation_not_supported);
+  });
 }
 
 void Conn::async_read_some(asio::mutable_buffer, ReadHandler handler) {
-  post_unsupported(*this, [handler = std::move(handler)](error_code ec) { handler(ec, 0); });
+  asio::post(get_executor(),
+             [handler = std::move(handler)] { handler(asio::error::operation_not_supported, 0); });
 }
 
 std::unique_ptr<Conn> make_plain_conn(tcp::socket socket) {

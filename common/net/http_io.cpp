@@ -56,7 +56,8 @@ void ClientWatch::wait() {
     buffer_->shrink_to_fit();
   }
   ++pending_;
-  conn_->async_wait_readable([this](error_code ec) { on_readable(ec); });
+  conn_->async_wait_readable(std::chrono::steady_clock::duration::max(),
+                             [this](error_code ec) { on_readable(ec); });
 }
 
 void ClientWatch::on_readable(error_code ec) {

@@ -75,7 +75,7 @@ struct RequestRecord {
 };
 
 // How a request is answered when no replica's answer was relayed: one place, so that every way
-// out of proxy_flow leaves the client exactly one terminal answer (an error response, or an
+// out of run_attempts leaves the client exactly one terminal answer (an error response, or an
 // error event ending a stream already begun). Built outside coroutines (GCC 12 and braced lists).
 struct Ending {
   unsigned status = 502;
@@ -237,15 +237,15 @@ void note_done(ProxyContext* ctx, const config::Config* config, fleet::Replica& 
 // the replica reported (the stream's last events included), and the gateway's own times since
 // the grant. Anything but a 200 teaches nothing.
 scheduling::Completion completion_of(const ExchangeResult& result,
-                                     const scheduling::Request& request, const SlotLease& lease,
-                                     const ClientWriter& writer, bool stream) {
+                                     std::optional<std::uint32_t> max_tokens,
+                                     const SlotLease& lease, const ClientWriter& writer,
+                                     bool stream) {
   scheduling::Completion c = scheduling::completion_from_stats(result.stats);
   c.ok = result.upstream_status == 200;
   // The answer's finish reason says whether max_tokens cut it (completion_from_stats); an
   // answer that says none and is as long as max_tokens most likely was.
   if (!result.stats.truncated) {
-    c.truncated =
-        request.max_tokens && c.completion_tokens && *c.completion_tokens >= *request.max_tokens;
+    c.truncated = max_tokens && c.completion_tokens && *c.completion_tokens >= *max_tokens;
   }
   const auto now = Clock::now();
   c.duration = now - lease.granted_at();
@@ -261,16 +261,21 @@ scheduling::Completion completion_of(const ExchangeResult& result,
 struct Proxied {
   net::Request* request = nullptr;  // the client's: its target and body go to the replica
   openai::RequestInfo info;
-  scheduling::Request described;  // what the scheduler is told: band, tenant, prompt blocks
-  std::string usage_body;         // the body with stream_options.include_usage added
-  // Once content reached the client no retry can follow: what only a retry needs goes (the
-  // request's head and body, the body with usage added, the prompt's block hashes). A held
-  // stream kept them to its end: the whole prompt, often kilobytes of chat history.
-  void release_retry_state() {
+  // What only an attempt needs: dropped once content reached the client, since no retry can
+  // follow then (retry_decision). A held stream kept it to its end: the request's head and body
+  // (the whole prompt, often kilobytes of chat history), the body with usage added, the
+  // scheduler's description (~0.2 KiB of the frame, and the prompt's block hashes).
+  struct Attempts {
+    scheduling::Request described;  // what the scheduler is told: band, tenant, prompt blocks
+    std::string usage_body;         // the body with stream_options.include_usage added
+  };
+  std::unique_ptr<Attempts> attempts = std::make_unique<Attempts>();
+  std::optional<std::uint32_t> max_tokens;  // the scheduler's, for the completion it learns from
+
+  void release_attempts() {
     net::Request released;  // swapped, not assigned: a std::string moved into keeps its buffer
     std::swap(*request, released);
-    std::string().swap(usage_body);
-    std::vector<openai::BlockHash>().swap(described.prompt_blocks);
+    attempts.reset();
   }
 };
 
@@ -290,7 +295,8 @@ asio::awaitable<SlotLease> acquire_slot(ProxyContext* ctx, const config::Config*
   // The queue wait is clipped to what is left of the request's deadline.
   const bool deadline_first = left < Clock::duration(routing.queue_timeout);
   const Clock::duration wait = deadline_first ? left : Clock::duration(routing.queue_timeout);
-  scheduling::Request request = p->described;
+  // Attempts are still there: an attempt follows only while no content reached the client.
+  scheduling::Request request = p->attempts->described;
   request.exclude = *tried;
   auto acquired = co_await ctx->broker->acquire(model, std::move(request), wait);
   record->queue_wait += acquired.waited;
@@ -357,7 +363,7 @@ asio::awaitable<std::unique_ptr<Ending>> run_attempts(ProxyContext* ctx,
       record->completion_tokens = result.stats.completion_tokens;
       if (result.kind == ExchangeResult::Kind::done) {
         note_done(ctx, config, *replica, result, Clock::now() - exchange_start);
-        lease.complete(completion_of(result, p->described, lease, *writer, up->info->stream));
+        lease.complete(completion_of(result, p->max_tokens, lease, *writer, up->info->stream));
         co_return nullptr;
       }
       if (result.kind == ExchangeResult::Kind::client_gone) {
@@ -396,33 +402,28 @@ asio::awaitable<void> send_ending(ClientWriter* writer, std::unique_ptr<Ending> 
                               std::move(ending->headers));
 }
 
-// Serves a proxied request: relays a replica's answer, or answers the client itself, exactly once.
-asio::awaitable<void> proxy_flow(ProxyContext* ctx, const config::Config* config, Proxied* p,
-                                 const ProxiedRoute* route, ClientWriter* writer,
-                                 RequestRecord* record) {
+// What every attempt of a proxied request sends. routing.request_timeout counts from here: the
+// request has been read and checked.
+UpstreamRequest upstream_request(const config::Config& config, Proxied* p,
+                                 const ProxiedRoute* route) {
   UpstreamRequest up;
   up.client = p->request;
   up.info = &p->info;
   up.api = route->api;
-  // routing.request_timeout counts from here: the request has been read and checked.
-  up.deadline = Clock::now() + config->routing.request_timeout;
+  up.deadline = Clock::now() + config.routing.request_timeout;
   // Streams whose client did not ask for usage: ask the replica anyway (token counts for logs
   // and metrics) and strip it again on the way back.
   if (p->info.stream && !p->info.include_usage && route->adds_stream_usage &&
-      config->metrics.request_stream_usage) {
+      config.metrics.request_stream_usage) {
     // Spliced by bytes where inspection found the place: no second parse of the body.
     if (auto body = openai::with_stream_usage(p->request->body(), p->info)) {
-      p->usage_body = std::move(*body);
+      p->attempts->usage_body = std::move(*body);
       up.strip_usage = true;
     }
   }
-  up.body = up.strip_usage ? &p->usage_body : &p->request->body();
-  up.content_started = [p] { p->release_retry_state(); };
-  std::unique_ptr<Ending> ending = co_await run_attempts(ctx, config, &up, p, writer, record);
-  if (ending) {
-    record->outcome = ending->outcome;
-    co_await send_ending(writer, std::move(ending));
-  }
+  up.body = up.strip_usage ? &p->attempts->usage_body : &p->request->body();
+  up.content_started = [p] { p->release_attempts(); };
+  return up;
 }
 
 void log_request(ProxyContext* ctx, const ClientWriter& writer, const RequestRecord& record,
@@ -623,7 +624,7 @@ asio::awaitable<bool> admit(ProxyContext* ctx, const ProxiedRoute* route, Client
   record->model = info.model;
 
   // What the scheduler is told: band, tenant, and (expected_finish) the prompt's blocks.
-  scheduling::Request& described = p->described;
+  scheduling::Request& described = p->attempts->described;
   const ApiKeyInfo* key = api_key_of(ctx, request);
   if (key != nullptr) {
     described.tenant = key->name;
@@ -647,6 +648,7 @@ asio::awaitable<bool> admit(ProxyContext* ctx, const ProxiedRoute* route, Client
     described.prompt_blocks = std::move(blocks.hashes);
     described.prompt_bytes = blocks.bytes;
     described.max_tokens = info.max_tokens;
+    p->max_tokens = info.max_tokens;
   }
   co_return true;
 }
@@ -672,6 +674,8 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
     co_return finished(*r.writer);
   }
 
+  const UpstreamRequest up = upstream_request(*config, &p, route);
+
   // The client may vanish at any time; streamed requests get keep-alive comments while they
   // wait. Both are watched beside the flow, which a client that leaves cancels.
   r.conn->expires_never();
@@ -682,7 +686,13 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
   }
   std::exception_ptr failure;
   try {
-    co_await proxy_flow(ctx, config.get(), &p, route, r.writer, &record);
+    // Relays a replica's answer, or answers the client itself, exactly once.
+    std::unique_ptr<Ending> ending =
+        co_await run_attempts(ctx, config.get(), &up, &p, r.writer, &record);
+    if (ending) {
+      record.outcome = ending->outcome;
+      co_await send_ending(r.writer, std::move(ending));
+    }
   } catch (...) {
     // A flow the watch cancelled ends here with operation_aborted (Asio throws at the first
     // co_await after a cancellation): expected, like any end of a request whose client left.

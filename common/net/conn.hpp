@@ -65,10 +65,19 @@ class Conn : public Closable {
   auto async_wait_readable(std::chrono::steady_clock::duration timeout, Token&& token) {
     return asio::async_initiate<Token, void(error_code)>(
         [this, timeout](auto handler) {
-          start_wait_readable(timeout, WaitHandler(std::move(handler)));
+          if (timeout == std::chrono::steady_clock::duration::max() && !input_buffered()) {
+            // No timer, nothing held in user space: the socket's own wait takes the handler as
+            // it is (a client watch waits here for minutes; type erasure cost ~0.1 KiB more).
+            socket().async_wait(tcp::socket::wait_read, std::move(handler));
+          } else {
+            start_wait_readable(timeout, WaitHandler(std::move(handler)));
+          }
         },
         token);
   }
+  // Whether input was read from the socket already and waits in user space (OpenSSL's records):
+  // then the socket may never wake, and a wait must end at once.
+  virtual bool input_buffered() const { return false; }
   // Whether read_now works: reading into a buffer shared by every connection of the thread
   // (plain TCP: yes; TLS: no, OpenSSL reads the socket itself).
   virtual bool can_read_now() const = 0;

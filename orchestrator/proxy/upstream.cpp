@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <optional>
 #include <span>
 
@@ -159,34 +160,63 @@ std::span<char> shared_read_buffer() {
   return buffer;
 }
 
-// Feeds bytes to the parser as far as it takes them now. What it cannot take yet (a head or a
-// chunk-size line split between reads, the CRLF ending a chunk) waits in *pending, which is
-// almost always a few bytes (std::string holds up to 15 without allocating) and never keeps a
-// heap block once empty.
-UpstreamError parse_bytes(std::string_view bytes, std::string* pending,
-                          net::ResponseParser* parser) {
-  if (!pending->empty()) {
-    pending->append(bytes);
-    bytes = *pending;
-  }
-  std::string_view rest = bytes;
-  UpstreamError error = UpstreamError::none;
-  while (!rest.empty() && !parser->is_done()) {
+// Feeds bytes to the parser as far as it takes them now; how many it took. *error: protocol
+// when they are not a valid answer.
+std::size_t put_all(std::string_view bytes, net::ResponseParser* parser, UpstreamError* error) {
+  std::size_t used = 0;
+  while (used < bytes.size() && !parser->is_done()) {
     net::error_code pec;
-    const std::size_t used = parser->put(asio::buffer(rest.data(), rest.size()), pec);
-    rest.remove_prefix(used);
-    if (pec == http::error::need_more || (!pec && used == 0)) {
+    const std::size_t n = parser->put(asio::buffer(bytes.data() + used, bytes.size() - used), pec);
+    used += n;
+    if (pec == http::error::need_more || (!pec && n == 0)) {
       break;
     }
     if (pec) {
-      error = UpstreamError::protocol;
+      *error = UpstreamError::protocol;
       break;
     }
   }
-  if (pending->empty()) {
-    pending->assign(rest);
+  return used;
+}
+
+// Feeds bytes to the parser as far as it takes them now. What it cannot take yet (a head or a
+// chunk-size line split between reads, the CRLF ending a chunk) waits in *pending, which is
+// almost always a few bytes (std::string holds up to 15 without allocating) and never keeps a
+// heap block once short.
+UpstreamError parse_bytes(std::string_view bytes, std::string* pending,
+                          net::ResponseParser* parser) {
+  UpstreamError error = UpstreamError::none;
+  constexpr std::size_t kJoin = 128;
+  if (!pending->empty() && pending->size() < kJoin / 2) {
+    // Mostly the CRLF that ends the previous chunk, which the parser takes only with the next
+    // chunk-size line: joined on the stack with the start of the new bytes instead of copying
+    // the whole piece into *pending (a heap block and a copy per event).
+    std::array<char, kJoin> join;
+    const std::size_t old = pending->size();
+    const std::size_t take = std::min(bytes.size(), join.size() - old);
+    std::memcpy(join.data(), pending->data(), old);
+    std::memcpy(join.data() + old, bytes.data(), take);
+    const std::string_view joined(join.data(), old + take);
+    const std::size_t used = put_all(joined, parser, &error);
+    if (error != UpstreamError::none) {
+      return error;
+    }
+    if (used >= old) {
+      std::string().swap(*pending);
+      bytes.remove_prefix(used - old);  // the rest goes on below, from the bytes themselves
+    } else if (take == bytes.size()) {
+      pending->assign(joined.substr(used));
+      return error;
+    }
+    // Else a line longer than the join: appended whole below (rare).
+  }
+  if (!pending->empty()) {
+    pending->append(bytes);
+    const std::size_t used = put_all(*pending, parser, &error);
+    pending->erase(0, used);
   } else {
-    pending->erase(0, pending->size() - rest.size());
+    const std::size_t used = put_all(bytes, parser, &error);
+    pending->assign(bytes.substr(used));
   }
   if (pending->capacity() > kInlineBytes && pending->size() <= kInlineBytes) {
     pending->shrink_to_fit();  // back into the string itself: a stream keeps no heap block here
@@ -398,18 +428,6 @@ asio::awaitable<void> relay_whole(ProxyContext* ctx, const config::Config* confi
   result->kind = ok ? ExchangeResult::Kind::done : ExchangeResult::Kind::client_gone;
 }
 
-// Feeds what the parser holds of the stream to the relay and sends the whole events it completed;
-// false when the client is gone. A frame of its own, so the bytes are not held while the relay
-// waits for the next read.
-asio::awaitable<bool> relay_pieces(net::ResponseParser* parser, openai::SseRelay* relay,
-                                   ClientWriter* writer, bool* within_cap) {
-  std::string out;
-  // Whole events before an oversized one still go out, so the stream stays well formed.
-  *within_cap = relay->feed(parser->take_body(), out);
-  // send_chunk of nothing costs nothing.
-  co_return co_await writer->send_chunk(std::move(out));
-}
-
 // The stream's head, unless keep-alive comments sent it; false when the client is gone. Its own
 // frame, like close_stream: the strings of these calls are not held between events.
 asio::awaitable<bool> open_stream(ClientWriter* writer, const net::ResponseParser* parser) {
@@ -456,8 +474,12 @@ asio::awaitable<void> relay_stream(ProxyContext* ctx, const config::Config* conf
   for (;;) {
     if (parser->pending_body() > 0) {
       received = true;
-      bool within_cap = true;
-      if (!co_await relay_pieces(parser, &relay, writer, &within_cap)) {
+      // Whole events before an oversized one still go out, so the stream stays well formed.
+      // (send_chunk of nothing costs nothing; the string is moved out before the next wait.)
+      std::string out;
+      const bool within_cap = relay.feed(parser->take_body(), out);
+      const bool sent = co_await writer->send_chunk(std::move(out));
+      if (!sent) {
         result->kind = ExchangeResult::Kind::client_gone;
         co_return;
       }
@@ -489,8 +511,9 @@ asio::awaitable<void> relay_stream(ProxyContext* ctx, const config::Config* conf
     }
     if (error != UpstreamError::none) {
       // The events completed before the failure still go out; an incomplete one is dropped.
-      bool within_cap = true;
-      co_await relay_pieces(parser, &relay, writer, &within_cap);
+      std::string out;
+      relay.feed(parser->take_body(), out);
+      co_await writer->send_chunk(std::move(out));
       fail(*result, Phase::stream, error);
       co_return;
     }

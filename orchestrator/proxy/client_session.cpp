@@ -279,34 +279,27 @@ struct Proxied {
   }
 };
 
-// The queue's grant for one attempt, or (empty lease) the ending when none came: nullptr when the
-// client left. Its own frame: the request's copy for the scheduler lives only while it waits.
-asio::awaitable<SlotLease> acquire_slot(ProxyContext* ctx, const config::Config* config,
-                                        const UpstreamRequest* up, const Proxied* p,
-                                        const std::vector<ReplicaId>* tried, RequestRecord* record,
-                                        std::unique_ptr<Ending>* ending) {
-  const auto& routing = config->routing;
-  const std::string& model = up->info->model;
-  const auto left = up->deadline - Clock::now();
-  if (left <= Clock::duration::zero()) {
-    *ending = std::make_unique<Ending>(deadline_ending(routing));
-    co_return SlotLease{};
-  }
-  // The queue wait is clipped to what is left of the request's deadline.
-  const bool deadline_first = left < Clock::duration(routing.queue_timeout);
-  const Clock::duration wait = deadline_first ? left : Clock::duration(routing.queue_timeout);
-  // Attempts are still there: an attempt follows only while no content reached the client.
-  scheduling::Request request = p->attempts->described;
-  request.exclude = *tried;
-  auto acquired = co_await ctx->broker->acquire(model, std::move(request), wait);
+// One attempt's way through the queue: the grant, or (empty lease) the ending when none came
+// (nullptr: the client left). Plain functions around the queue's one wait, so that a request
+// granted at once, the usual case, makes no coroutine frame here: the next frame made would
+// inherit that block from Asio's frame cache and keep it while the stream lasts.
+struct QueueStep {
+  QueueTicket queued;  // set: wait for the grant (wait_for_slot)
+  Clock::duration wait{};
+  bool deadline_first = false;  // the request's deadline comes before routing.queue_timeout
+};
+
+SlotLease take_acquired(ProxyContext* ctx, const config::Config* config, const std::string& model,
+                        AcquireResult acquired, bool deadline_first, RequestRecord* record,
+                        std::unique_ptr<Ending>* ending) {
   record->queue_wait += acquired.waited;
   switch (acquired.error) {
     case AcquireError::none:
-      co_return std::move(acquired.lease);
+      return std::move(acquired.lease);
     case AcquireError::cancelled:
       record->outcome = "client_gone";
       ctx->metrics->queue_rejection(model, "client_gone");
-      co_return SlotLease{};
+      return SlotLease{};
     case AcquireError::queue_full:
       ctx->metrics->queue_rejection(model, "full");
       break;
@@ -319,8 +312,41 @@ asio::awaitable<SlotLease> acquire_slot(ProxyContext* ctx, const config::Config*
     case AcquireError::unknown_model:
       break;
   }
-  *ending = std::make_unique<Ending>(queue_ending(acquired, model, deadline_first, routing));
-  co_return SlotLease{};
+  *ending =
+      std::make_unique<Ending>(queue_ending(acquired, model, deadline_first, config->routing));
+  return SlotLease{};
+}
+
+SlotLease try_slot(ProxyContext* ctx, const config::Config* config, const UpstreamRequest* up,
+                   const Proxied* p, const std::vector<ReplicaId>& tried, RequestRecord* record,
+                   std::unique_ptr<Ending>* ending, QueueStep* step) {
+  const auto& routing = config->routing;
+  const auto left = up->deadline - Clock::now();
+  if (left <= Clock::duration::zero()) {
+    *ending = std::make_unique<Ending>(deadline_ending(routing));
+    return SlotLease{};
+  }
+  // The queue wait is clipped to what is left of the request's deadline.
+  step->deadline_first = left < Clock::duration(routing.queue_timeout);
+  step->wait = step->deadline_first ? left : Clock::duration(routing.queue_timeout);
+  // Attempts are still there: an attempt follows only while no content reached the client.
+  scheduling::Request request = p->attempts->described;
+  request.exclude = tried;
+  AcquireStart start = ctx->broker->try_acquire(up->info->model, std::move(request));
+  if (start.queued) {
+    step->queued = std::move(start.queued);
+    return SlotLease{};
+  }
+  return take_acquired(ctx, config, up->info->model, std::move(start.result), step->deadline_first,
+                       record, ending);
+}
+
+asio::awaitable<SlotLease> wait_for_slot(ProxyContext* ctx, const config::Config* config,
+                                         const UpstreamRequest* up, QueueStep* step,
+                                         RequestRecord* record, std::unique_ptr<Ending>* ending) {
+  AcquireResult acquired = co_await ctx->broker->wait_queued(std::move(step->queued), step->wait);
+  co_return take_acquired(ctx, config, up->info->model, std::move(acquired), step->deadline_first,
+                          record, ending);
 }
 
 // Binds the request to a replica (queueing if needed) and relays its answer, retrying as
@@ -337,7 +363,11 @@ asio::awaitable<std::unique_ptr<Ending>> run_attempts(ProxyContext* ctx,
   ExchangeResult result;
   for (;;) {
     std::unique_ptr<Ending> ending;
-    SlotLease lease = co_await acquire_slot(ctx, config, up, p, &tried, record, &ending);
+    QueueStep step;
+    SlotLease lease = try_slot(ctx, config, up, p, tried, record, &ending, &step);
+    if (step.queued) {
+      lease = co_await wait_for_slot(ctx, config, up, &step, record, &ending);
+    }
     if (!lease) {
       co_return ending;
     }

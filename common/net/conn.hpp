@@ -6,9 +6,14 @@
 #include <string>
 #include <string_view>
 
+#include <functional>
+
+#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/beast/core/error.hpp>
@@ -48,19 +53,59 @@ class Conn : public Closable {
   virtual bool input_pending() = 0;
   // Waits until the peer sent something (bytes, a TLS record, its close or a reset) without
   // reading it: a parked wait holds no buffer. Ends with beast::error::timeout after timeout
-  // (duration::max(): no limit), and honours the coroutine's cancellation. On plain TCP a
-  // timeout cancels every operation pending on the socket, so use it where only one is.
-  virtual asio::awaitable<error_code> wait_readable(
-      std::chrono::steady_clock::duration timeout) = 0;
+  // (duration::max(): no limit), and honours the coroutine's cancellation. A timeout cancels
+  // every operation pending on the socket, so use it where only one is.
+  virtual asio::awaitable<error_code> wait_readable(std::chrono::steady_clock::duration timeout);
+  // The same as an asynchronous operation (any completion token, a plain handler included): no
+  // coroutine frame of its own while it waits, which is where a held stream spends its life (the
+  // relay between two events, the client watch). The handler runs on the connection's executor,
+  // never inside the call, and may destroy the connection.
+  using WaitHandler = asio::any_completion_handler<void(error_code)>;
+  template <class Token>
+  auto async_wait_readable(std::chrono::steady_clock::duration timeout, Token&& token) {
+    return asio::async_initiate<Token, void(error_code)>(
+        [this, timeout](auto handler) {
+          if (timeout == std::chrono::steady_clock::duration::max() && !input_buffered()) {
+            // No timer, nothing held in user space: the socket's own wait takes the handler as
+            // it is (a client watch waits here for minutes; type erasure cost ~0.1 KiB more).
+            socket().async_wait(tcp::socket::wait_read, std::move(handler));
+          } else {
+            start_wait_readable(timeout, WaitHandler(std::move(handler)));
+          }
+        },
+        token);
+  }
+  // Whether input was read from the socket already and waits in user space (OpenSSL's records):
+  // then the socket may never wake, and a wait must end at once.
+  virtual bool input_buffered() const { return false; }
   // Whether read_now works: reading into a buffer shared by every connection of the thread
   // (plain TCP: yes; TLS: no, OpenSSL reads the socket itself).
   virtual bool can_read_now() const = 0;
   // Reads what has arrived, without waiting: would_block when nothing has, eof at the end.
   virtual IoResult read_now(asio::mutable_buffer buffer) = 0;
+  // read_some with a plain handler, for a watch that holds no coroutine frame (net::ClientWatch).
+  // Connections that cannot wait or read this way (a batch line's capture) complete with
+  // operation_not_supported.
+  using ReadHandler = std::function<void(error_code, std::size_t)>;
+  virtual void async_read_some(asio::mutable_buffer buffer, ReadHandler handler);
   virtual void expires_after(std::chrono::steady_clock::duration d) = 0;
   virtual void expires_never() = 0;
   virtual asio::any_io_executor get_executor() = 0;
   virtual tcp::socket& socket() = 0;
+
+  // What cancels the operation the coroutine serving this connection awaits: the listener spawns
+  // each connection's coroutine with a signal of its own and hands it over here (null for other
+  // connections). A watch emits it when the client leaves, which cancels the request in its own
+  // coroutine instead of racing it in a parallel group (net::ClientWatch).
+  asio::cancellation_signal* session_cancel() const { return session_cancel_; }
+  void set_session_cancel(asio::cancellation_signal* signal) { session_cancel_ = signal; }
+
+ protected:
+  virtual void start_wait_readable(std::chrono::steady_clock::duration timeout,
+                                   WaitHandler handler);
+
+ private:
+  asio::cancellation_signal* session_cancel_ = nullptr;
 };
 
 std::unique_ptr<Conn> make_plain_conn(tcp::socket socket);

@@ -3,10 +3,13 @@
 #include <array>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/status.hpp>
+
+#include "common/net/response_writer.hpp"
 
 namespace fg::net {
 
@@ -34,6 +37,156 @@ asio::awaitable<void> watch_client(Conn* conn, beast::flat_buffer* buffer, std::
     }
     buffer->commit(n);
   }
+}
+
+ClientWatch::ClientWatch(Conn* conn, beast::flat_buffer* buffer, std::size_t cap,
+                         asio::cancellation_signal* cancel)
+    : conn_(conn), buffer_(buffer), cap_(cap), cancel_(cancel) {}
+
+void ClientWatch::start() {
+  if (buffer_->size() < cap_) {
+    wait();
+  }
+}
+
+void ClientWatch::wait() {
+  // A watched connection usually receives nothing for minutes (a held stream): wait without a
+  // buffer, and give back the one the request was read with.
+  if (buffer_->size() == 0) {
+    buffer_->shrink_to_fit();
+  }
+  ++pending_;
+  conn_->async_wait_readable(std::chrono::steady_clock::duration::max(),
+                             [this](error_code ec) { on_readable(ec); });
+}
+
+void ClientWatch::on_readable(error_code ec) {
+  if (stopped_) {
+    done_one();  // the bytes, if any, stay in the socket for the session
+    return;
+  }
+  if (ec) {
+    client_left();
+    done_one();
+    return;
+  }
+  const auto space = buffer_->prepare(std::min<std::size_t>(512, cap_ - buffer_->size()));
+  if (!conn_->can_read_now()) {
+    // TLS: OpenSSL reads the socket itself. The read is short: something has arrived.
+    ++pending_;
+    conn_->async_read_some(space, [this](error_code rec, std::size_t n) { on_read(rec, n); });
+    done_one();
+    return;
+  }
+  const IoResult got = conn_->read_now(space);
+  if (got.ec == asio::error::would_block) {
+    wait();  // woken for nothing
+  } else if (got.ec) {
+    client_left();
+  } else {
+    buffer_->commit(got.bytes);
+    if (buffer_->size() < cap_) {
+      wait();
+    }
+  }
+  done_one();
+}
+
+void ClientWatch::on_read(error_code ec, std::size_t n) {
+  if (!ec) {
+    buffer_->commit(n);  // even when stopped: the bytes left the socket, the session needs them
+  }
+  if (!stopped_) {
+    if (ec) {
+      client_left();
+    } else if (buffer_->size() < cap_) {
+      wait();
+    }
+  }
+  done_one();
+}
+
+void ClientWatch::keep_alive(ResponseWriter* writer, std::chrono::steady_clock::duration interval) {
+  writer_ = writer;
+  interval_ = interval;
+  ticker_ = std::make_unique<asio::steady_timer>(conn_->get_executor());
+  writer_->end_ticker_at_content(ticker_.get());
+  arm_ticker();
+}
+
+void ClientWatch::arm_ticker() {
+  ticker_->expires_after(interval_);
+  ++pending_;
+  ticker_->async_wait([this](error_code ec) { on_tick(ec); });
+}
+
+void ClientWatch::on_tick(error_code ec) {
+  if (stopped_ || ec || writer_->content_started() || writer_->finished()) {
+    // Stopped, or cancelled by the writer at the first content, or nothing left to keep alive:
+    // the ticker ends here instead of staying parked for the rest of the stream.
+    drop_ticker();
+    done_one();
+    return;
+  }
+  // The comment is written by a short coroutine of its own (the writer serialises it with the
+  // request's writes); it exists only while it writes.
+  ++pending_;
+  asio::co_spawn(
+      conn_->get_executor(), writer_->keepalive(), [this](const std::exception_ptr&, bool written) {
+        if (!stopped_ && written && !writer_->content_started() && !writer_->finished()) {
+          arm_ticker();
+        } else {
+          drop_ticker();
+        }
+        done_one();
+      });
+  done_one();
+}
+
+void ClientWatch::drop_ticker() {
+  writer_->end_ticker_at_content(nullptr);
+  ticker_.reset();  // safe inside its own handler: its wait is over
+}
+
+void ClientWatch::client_left() {
+  gone_ = true;
+  if (cancel_ != nullptr) {
+    cancel_->emit(asio::cancellation_type::terminal);
+  }
+}
+
+void ClientWatch::stop() {
+  if (stopped_) {
+    return;
+  }
+  stopped_ = true;
+  error_code ignored;
+  conn_->socket().cancel(ignored);
+  if (ticker_) {
+    ticker_->cancel();
+  }
+}
+
+void ClientWatch::done_one() {
+  --pending_;
+  if (stopped_ && pending_ == 0 && settled_) {
+    // Resumes the coroutine awaiting settled(), which may destroy this watch: the last thing
+    // any handler does. Called in place (it empties itself before it runs).
+    std::move(settled_)();
+  }
+}
+
+asio::awaitable<void> ClientWatch::settled() {
+  if (pending_ == 0) {
+    co_return;
+  }
+  co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
+      [this](auto handler) {
+        // Swapped in: Asio 1.26's move assignment wraps the handler in itself without end.
+        asio::any_completion_handler<void()> waiting(std::move(handler));
+        settled_.swap(waiting);
+      },
+      asio::use_awaitable);
 }
 
 asio::awaitable<void> drain_and_close(Conn* conn, std::uint64_t max_bytes) {

@@ -1,12 +1,17 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/message.hpp>
@@ -23,6 +28,62 @@ namespace http = beast::http;
 // request (awaitable operator ||) and cancel it. Bytes the client pipelines meanwhile stay in
 // buffer for the next request; past cap it stops reading (and so stops noticing a disconnect).
 asio::awaitable<void> watch_client(Conn* conn, beast::flat_buffer* buffer, std::size_t cap);
+
+class ResponseWriter;
+
+// What runs beside a request that may take minutes, in the request's own coroutine instead of a
+// parallel group: noticing that the client left, and keep-alive comments while a stream waits.
+// Plain completion handlers, no coroutine frames: a held stream's watch_client and keep-alive
+// ticker, each in a group of co_spawned coroutines, cost ~4.5 KiB (gateway, 2026-12-07).
+//
+// When the client closes or fails, gone() turns true and *cancel is emitted: the operation the
+// request's coroutine awaits is cancelled (and, as Asio does once a coroutine is cancelled, every
+// co_await after it throws operation_aborted until the coroutine resets its cancellation state).
+// Bytes the client pipelines meanwhile stay in buffer, as with watch_client (past cap it stops
+// reading). Before it is destroyed: stop(), then co_await settled(), after which none of its
+// handlers runs any more.
+class ClientWatch {
+ public:
+  ClientWatch(Conn* conn, beast::flat_buffer* buffer, std::size_t cap,
+              asio::cancellation_signal* cancel);
+  ClientWatch(const ClientWatch&) = delete;
+  ClientWatch& operator=(const ClientWatch&) = delete;
+
+  void start();
+  // ": keep-alive" comments through writer every interval until the answer's content starts or it
+  // ends (ResponseWriter::keepalive); the writer ends the ticker at its first content.
+  void keep_alive(ResponseWriter* writer, std::chrono::steady_clock::duration interval);
+  bool gone() const { return gone_; }
+  // The keep-alive ticker is on (keep_alive, until the first content or the end).
+  bool keeping_alive() const { return ticker_ != nullptr; }
+  // Cancels what is pending (the wait on the client socket: no other operation is outstanding
+  // on it once the request's coroutine has stopped writing) and stops every handler.
+  void stop();
+  // Completes when no handler of the watch is pending (at once when none is).
+  asio::awaitable<void> settled();
+
+ private:
+  void wait();
+  void on_readable(error_code ec);
+  void on_read(error_code ec, std::size_t n);
+  void arm_ticker();
+  void on_tick(error_code ec);
+  void drop_ticker();
+  void client_left();
+  void done_one();
+
+  Conn* conn_;
+  beast::flat_buffer* buffer_;
+  std::size_t cap_;
+  asio::cancellation_signal* cancel_;
+  ResponseWriter* writer_ = nullptr;
+  std::chrono::steady_clock::duration interval_{};
+  std::unique_ptr<asio::steady_timer> ticker_;  // only until the answer's content starts
+  int pending_ = 0;                             // handlers still to run
+  bool stopped_ = false;
+  bool gone_ = false;
+  asio::any_completion_handler<void()> settled_;  // the coroutine awaiting settled()
+};
 
 // The second half of a lingering close (after conn->shutdown()): reads what the peer still sends
 // until it closes too (at most 2 s, max_bytes), so unread input does not turn the last response

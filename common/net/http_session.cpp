@@ -232,6 +232,21 @@ class BusyGuard {
   std::uint64_t id_;
 };
 
+// Answers a request refused before its handler. Its own frame: the reply's strings are not
+// kept in the session's frame, which lives as long as the connection.
+asio::awaitable<void> send_refusal(ResponseWriter* writer, const ErrorReply* reply) {
+  co_await writer->send_reply(*reply);
+}
+
+// Ends a response its handler did not finish: 500, or an error event ending a started stream.
+// Its own frame, for the same reason.
+asio::awaitable<void> end_unanswered(ResponseWriter* writer, bool threw) {
+  writer->refuse_keep_alive();
+  const char* message = threw ? "the server failed while handling this request"
+                              : "the server ended this request without an answer";
+  co_await writer->send_error(500, message, "internal_error");
+}
+
 }  // namespace
 
 BodyStream::BodyStream(Conn* conn, beast::flat_buffer* buffer, RequestReader* reader,
@@ -334,9 +349,11 @@ asio::awaitable<void> serve_session(const SessionHooks* hooks, std::unique_ptr<C
   for (bool again = true; again;) {
     limits = hooks->limits();
     Request request;
-    RequestReader reader(limits.header_limit);
+    // On the heap, and only while it is needed: a handler may hold this frame for minutes (a
+    // streamed answer), and the reader's two parsers are 720 bytes.
+    auto reader = std::make_unique<RequestReader>(limits.header_limit);
     const ReadResult read =
-        co_await read_request(conn.get(), &buffer, &limits, hooks, reader, &request);
+        co_await read_request(conn.get(), &buffer, &limits, hooks, *reader, &request);
     const std::string reason = read.kind == ReadResult::Kind::failed
                                    ? std::string(failure_reason(read.failure))
                                    : read.reason;
@@ -361,20 +378,23 @@ asio::awaitable<void> serve_session(const SessionHooks* hooks, std::unique_ptr<C
 
     if (read.kind != ReadResult::Kind::request) {
       linger = kLingerBytes + read.unread_body;
-      co_await writer.send_reply(*read.reply);
+      co_await send_refusal(&writer, &*read.reply);
       again = writer.keep_alive() && writer.finished();
       continue;
     }
 
-    std::optional<BodyStream> body;
+    std::unique_ptr<BodyStream> body;
     if (read.streamed) {
-      body.emplace(conn.get(), &buffer, &reader, limits.timeouts, *read.streamed, read.facts);
+      body = std::make_unique<BodyStream>(conn.get(), &buffer, reader.get(), limits.timeouts,
+                                          *read.streamed, read.facts);
+    } else {
+      reader.reset();
     }
     bool threw = false;
     std::string exception_type;
     try {
-      again = co_await hooks->handle(ServerRequest{conn.get(), &buffer, &request, &writer,
-                                                   limits.pipeline_cap, body ? &*body : nullptr});
+      again = co_await hooks->handle(
+          ServerRequest{conn.get(), &buffer, &request, &writer, limits.pipeline_cap, body.get()});
     } catch (...) {
       threw = true;
       exception_type = current_exception_type();
@@ -385,16 +405,11 @@ asio::awaitable<void> serve_session(const SessionHooks* hooks, std::unique_ptr<C
                                             {"request_id", writer.request_id()},
                                             {"exception", exception_type}});
       count(hooks, "exception");
-      writer.refuse_keep_alive();
-      co_await writer.send_error(500, "the server failed while handling this request",
-                                 "internal_error");
-      again = false;
-    } else if (!writer.finished()) {
-      // The handler ended without completing its answer (the client went away, or a stream
-      // broke): end what can still be ended, then close.
-      writer.refuse_keep_alive();
-      co_await writer.send_error(500, "the server ended this request without an answer",
-                                 "internal_error");
+    }
+    if (threw || !writer.finished()) {
+      // A handler that failed, or ended without completing its answer (the client went away,
+      // or a stream broke): end what can still be ended, then close.
+      co_await end_unanswered(&writer, threw);
       again = false;
     }
     if (writer.timed_out()) {

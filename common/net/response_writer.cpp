@@ -15,13 +15,22 @@ ResponseWriter::ResponseWriter(Conn& conn, std::string request_id, bool keep_ali
     : conn_(conn),
       request_id_(std::move(request_id)),
       keep_alive_(keep_alive),
-      write_timeout_(write_timeout),
-      turn_(conn.get_executor()) {}
+      write_timeout_(write_timeout) {}
+
+void ResponseWriter::end_ticker() {
+  if (ticker_ != nullptr) {
+    ticker_->cancel();
+    ticker_ = nullptr;
+  }
+}
 
 asio::awaitable<bool> ResponseWriter::write(std::string bytes) {
   while (writing_) {
-    turn_.expires_at(asio::steady_timer::time_point::max());
-    co_await turn_.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (!turn_) {
+      turn_ = std::make_unique<asio::steady_timer>(conn_.get_executor());
+    }
+    turn_->expires_at(asio::steady_timer::time_point::max());
+    co_await turn_->async_wait(asio::as_tuple(asio::use_awaitable));
   }
   if (broken_) {
     co_return false;
@@ -30,7 +39,9 @@ asio::awaitable<bool> ResponseWriter::write(std::string bytes) {
   conn_.expires_after(write_timeout_);
   auto [ec, n] = co_await conn_.write(asio::buffer(bytes));
   writing_ = false;
-  turn_.cancel();
+  if (turn_) {
+    turn_->cancel();
+  }
   if (ec) {
     broken_ = true;
     timed_out_ = ec == beast::error::timeout;
@@ -49,6 +60,7 @@ asio::awaitable<bool> ResponseWriter::send_full(unsigned status, std::string con
   status_ = status;
   content_started_ = true;
   first_content_at_ = std::chrono::steady_clock::now();
+  end_ticker();
   // One allocation for the whole response: the head is written with the request id in place
   // into a string sized for head and body (before: a vector of headers, a copy of the id, and
   // the head string grown for the body: 3 of the ~44 allocations of a proxied JSON request).
@@ -123,6 +135,7 @@ asio::awaitable<bool> ResponseWriter::send_chunk(std::string data) {
   if (!content_started_) {
     content_started_ = true;
     first_content_at_ = std::chrono::steady_clock::now();
+    end_ticker();
   }
   if (!streaming_) {
     co_return co_await write(std::move(data));
@@ -135,6 +148,7 @@ asio::awaitable<bool> ResponseWriter::end_stream(std::string last) {
     co_return !broken_;
   }
   finished_ = true;
+  end_ticker();
   if (!last.empty() && !content_started_) {
     content_started_ = true;
     first_content_at_ = std::chrono::steady_clock::now();

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,19 +73,27 @@ class ResponseWriter {
   // when content started, the response finished, or another write is in progress, so a comment
   // never follows the end of a stream.
   boost::asio::awaitable<bool> keepalive();
+  // The keep-alive ticker's timer (ClientWatch), cancelled at the first content or the end of
+  // the response, so that the ticker ends there; nullptr forgets it.
+  void end_ticker_at_content(boost::asio::steady_timer* ticker) { ticker_ = ticker; }
 
  private:
   boost::asio::awaitable<bool> begin(unsigned status, std::string content_type,
                                      std::optional<std::uint64_t> length, std::vector<Header> extra,
                                      bool event_stream);
   boost::asio::awaitable<bool> write(std::string bytes);
+  // Content started or the response ended: a keep-alive ticker has nothing more to do.
+  void end_ticker();
 
   Conn& conn_;
   std::string request_id_;
   bool keep_alive_;
   openai::Api error_api_ = openai::Api::openai;
   std::chrono::steady_clock::duration write_timeout_;
-  boost::asio::steady_timer turn_;
+  // Where a write waits for the one in progress: made only when two writes meet (a keep-alive
+  // comment and the answer), so a response that writes alone holds no timer (120 bytes).
+  std::unique_ptr<boost::asio::steady_timer> turn_;
+  boost::asio::steady_timer* ticker_ = nullptr;
   bool writing_ = false;
   bool head_sent_ = false;
   bool streaming_ = false;     // chunked: the body's end is still to be written

@@ -42,9 +42,8 @@ class Listener {
 
  private:
   static asio::awaitable<void> accept_loop(Listener* self);
-  static asio::awaitable<void> serve(Listener* self, tcp::socket socket,
-                                     std::shared_ptr<ConnectionLimiter> limiter,
-                                     std::string address);
+  // The TLS handshake (kTlsHandshakeTimeout), then the handler.
+  static asio::awaitable<void> serve_tls(Listener* self, std::unique_ptr<Conn> conn);
   void refuse(Admission why);
 
   tcp::acceptor acceptor_;

@@ -84,6 +84,8 @@ class SseRelay {
 
   bool overflowed() const { return overflowed_; }
   std::size_t held() const { return held_.size(); }
+  // The held bytes' buffer: between whole events no heap block is kept (std::string's own).
+  std::size_t held_capacity() const { return held_.capacity(); }
   // Bytes examined for event ends so far: the bytes fed, each once (the relay never rescans).
   std::uint64_t bytes_scanned() const { return bytes_scanned_; }
 

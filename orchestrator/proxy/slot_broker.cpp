@@ -1,5 +1,7 @@
 #include "orchestrator/proxy/slot_broker.hpp"
 
+#include <tuple>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -20,6 +22,21 @@ SlotLease& SlotLease::operator=(SlotLease&& other) noexcept {
   return *this;
 }
 
+QueueTicket& QueueTicket::operator=(QueueTicket&& other) noexcept {
+  if (this != &other) {
+    drop();
+    broker_ = other.broker_;
+    waiter_ = std::move(other.waiter_);
+  }
+  return *this;
+}
+
+void QueueTicket::drop() {
+  if (auto waiter = std::move(waiter_)) {
+    broker_->leave(*waiter, false);
+  }
+}
+
 void SlotLease::complete(const scheduling::Completion& completion) {
   if (auto* broker = std::exchange(broker_, nullptr)) {
     broker->finish(waiter_, completion);
@@ -30,25 +47,17 @@ void SlotLease::release() {
   complete(scheduling::Completion{.ok = false});
 }
 
-// Whatever wakes a queued waiter (grant, deadline, cancellation because the client left), it
-// leaves the table before its frame goes away, and a grant is never dropped on the floor.
-struct SlotBroker::Leave {
-  SlotBroker* broker;
-  scheduling::WaiterId id;
-  Waiter* waiter;
-  bool handed_over = false;
-  ~Leave() {
-    broker->waiters_.erase(id);
-    if (waiter->granted) {
-      if (!handed_over) {
-        broker->finish(id, scheduling::Completion{.ok = false});
-      }
-    } else if (!waiter->abandoned) {
-      broker->scheduler_.cancel(id);
-      broker->arm();
+void SlotBroker::leave(Waiter& waiter, bool handed_over) {
+  waiters_.erase(waiter.id);
+  if (waiter.granted) {
+    if (!handed_over) {
+      finish(waiter.id, scheduling::Completion{.ok = false});
     }
+  } else if (!waiter.abandoned) {
+    scheduler_.cancel(waiter.id);
+    arm();
   }
-};
+}
 
 void SlotBroker::start(const asio::any_io_executor& executor) {
   asio::co_spawn(executor, wakeup_loop(this), asio::detached);
@@ -100,37 +109,66 @@ void SlotBroker::tick_now() {
 
 asio::awaitable<AcquireResult> SlotBroker::acquire(std::string model, scheduling::Request request,
                                                    Clock::duration timeout) {
+  AcquireStart start = try_acquire(model, std::move(request));
+  if (!start.queued) {
+    co_return std::move(start.result);
+  }
+  AcquireResult waited = co_await wait_queued(std::move(start.queued), timeout);
+  co_return waited;
+}
+
+AcquireStart SlotBroker::try_acquire(const std::string& model, scheduling::Request request) {
   const auto start = Clock::now();
   const auto id = next_waiter_++;
-  AcquireResult result;
+  AcquireStart out;
   auto admission = scheduler_.admit(id, model, start, std::move(request));
   switch (admission.outcome) {
     case scheduling::Scheduler::Outcome::granted:
-      result.lease = SlotLease(this, id, admission.replica, start);
+      out.result.lease = SlotLease(this, id, admission.replica, start);
       arm();
-      co_return result;
-    case scheduling::Scheduler::Outcome::queue_full:
-      result.error = admission.shed ? AcquireError::shed : AcquireError::queue_full;
-      result.retry_after = admission.retry_after;
-      arm();
-      co_return result;
-    case scheduling::Scheduler::Outcome::unknown_model:
-      result.error = AcquireError::unknown_model;
-      co_return result;
-    case scheduling::Scheduler::Outcome::queued:
       break;
+    case scheduling::Scheduler::Outcome::queue_full:
+      out.result.error = admission.shed ? AcquireError::shed : AcquireError::queue_full;
+      out.result.retry_after = admission.retry_after;
+      arm();
+      break;
+    case scheduling::Scheduler::Outcome::unknown_model:
+      out.result.error = AcquireError::unknown_model;
+      break;
+    case scheduling::Scheduler::Outcome::queued: {
+      // In the table from now on, so that a grant before the wait begins is not lost.
+      auto waiter = std::make_unique<Waiter>(Waiter{.id = id, .start = start});
+      waiters_.emplace(id, waiter.get());
+      arm();
+      out.queued = QueueTicket(this, std::move(waiter));
+      break;
+    }
   }
+  return out;
+}
 
+asio::awaitable<AcquireResult> SlotBroker::wait_queued(QueueTicket ticket,
+                                                       Clock::duration timeout) {
+  // Whatever ends the wait (grant, deadline, cancellation because the client left), the waiter
+  // leaves the table before this frame goes away, and a grant is never dropped on the floor.
+  struct Leave {
+    SlotBroker* broker;
+    std::unique_ptr<Waiter> waiter;
+    bool handed_over = false;
+    ~Leave() { broker->leave(*waiter, handed_over); }
+  } leave{this, std::move(ticket.waiter_)};
+  Waiter& waiter = *leave.waiter;
+  AcquireResult result;
   asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
-  Waiter waiter{&timer};
-  waiters_.emplace(id, &waiter);
-  Leave leave{this, id, &waiter};
-  arm();
-
-  auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-  result.waited = Clock::now() - start;
+  boost::system::error_code ec;
+  if (!waiter.granted && !waiter.abandoned) {
+    waiter.timer = &timer;
+    std::tie(ec) = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    waiter.timer = nullptr;
+  }
+  result.waited = Clock::now() - waiter.start;
   if (waiter.granted) {
-    result.lease = SlotLease(this, id, waiter.replica, waiter.granted_at);
+    result.lease = SlotLease(this, waiter.id, waiter.replica, waiter.granted_at);
     leave.handed_over = true;
   } else if (waiter.abandoned) {
     result.error = AcquireError::unknown_model;
@@ -158,7 +196,9 @@ void SlotBroker::deliver(const std::vector<scheduling::Grant>& grants) {
     it->second->granted = true;
     it->second->replica = grant.replica;
     it->second->granted_at = now;
-    it->second->timer->cancel();
+    if (it->second->timer != nullptr) {
+      it->second->timer->cancel();
+    }
   }
   arm();
 }
@@ -168,7 +208,9 @@ void SlotBroker::abandon(const std::vector<scheduling::WaiterId>& waiters) {
     auto it = waiters_.find(id);
     if (it != waiters_.end()) {
       it->second->abandoned = true;
-      it->second->timer->cancel();
+      if (it->second->timer != nullptr) {
+        it->second->timer->cancel();
+      }
     }
   }
   arm();

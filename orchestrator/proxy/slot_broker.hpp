@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -69,6 +70,48 @@ struct AcquireResult {
   std::chrono::seconds retry_after{0};
 };
 
+// A queued request as the broker sees it: a grant (or its model's removal) is noted here and
+// wakes the wait, if one is on.
+struct QueuedWaiter {
+  WaiterId id = 0;
+  std::chrono::steady_clock::time_point start{};
+  asio::steady_timer* timer = nullptr;  // while wait_queued waits
+  bool granted = false;
+  bool abandoned = false;
+  ReplicaId replica = 0;
+  std::chrono::steady_clock::time_point granted_at{};
+};
+
+// A request try_acquire put in the queue, until wait_queued takes it over; one that ends unused
+// (its waiting coroutine was never started) leaves the queue, and a grant it got meanwhile goes
+// back, so nothing is left behind.
+class QueueTicket {
+ public:
+  QueueTicket() = default;
+  QueueTicket(QueueTicket&& other) noexcept = default;
+  QueueTicket& operator=(QueueTicket&& other) noexcept;
+  QueueTicket(const QueueTicket&) = delete;
+  QueueTicket& operator=(const QueueTicket&) = delete;
+  ~QueueTicket() { drop(); }
+
+  explicit operator bool() const { return waiter_ != nullptr; }
+
+ private:
+  friend class SlotBroker;
+  QueueTicket(SlotBroker* broker, std::unique_ptr<QueuedWaiter> waiter)
+      : broker_(broker), waiter_(std::move(waiter)) {}
+  void drop();
+
+  SlotBroker* broker_ = nullptr;
+  std::unique_ptr<QueuedWaiter> waiter_;
+};
+
+// What acquire decides at once: a result, or (queued) a ticket to wait with.
+struct AcquireStart {
+  AcquireResult result;  // unless queued
+  QueueTicket queued;
+};
+
 // The asynchronous shell around the pure Scheduler: a request that must queue sleeps on its own
 // timer (its queue deadline) and is woken by the grant the moment a slot frees. One more timer,
 // on the scheduler's next_wakeup(), runs tick() when time alone changes a decision (a hold that
@@ -88,6 +131,13 @@ class SlotBroker {
   // the replicas already tried.
   asio::awaitable<AcquireResult> acquire(std::string model, scheduling::Request request,
                                          std::chrono::steady_clock::duration timeout);
+  // acquire in two steps, so that a request granted at once (most of them) costs no coroutine
+  // frame: try_acquire decides without waiting; a queued request then waits with wait_queued.
+  // (A held stream kept the block of acquire's frame: Asio's frame cache gave it to the next
+  // frame, which lives as long as the stream.)
+  AcquireStart try_acquire(const std::string& model, scheduling::Request request);
+  asio::awaitable<AcquireResult> wait_queued(QueueTicket ticket,
+                                             std::chrono::steady_clock::duration timeout);
   // Wakes the waiters named by grants that came from a change made on the scheduler directly
   // (the fleet manager: new replica, more slots, routable again).
   void deliver(const std::vector<scheduling::Grant>& grants);
@@ -110,14 +160,11 @@ class SlotBroker {
 
  private:
   friend class SlotLease;
-  struct Waiter {
-    asio::steady_timer* timer = nullptr;
-    bool granted = false;
-    bool abandoned = false;
-    ReplicaId replica = 0;
-    std::chrono::steady_clock::time_point granted_at{};
-  };
-  struct Leave;
+  friend class QueueTicket;
+  using Waiter = QueuedWaiter;
+  // Takes a queued waiter out of the table and, unless handed_over, ends it in the scheduler:
+  // a grant goes back, a waiter still queued leaves the queue.
+  void leave(Waiter& waiter, bool handed_over);
 
   void finish(WaiterId waiter, const scheduling::Completion& completion);
   // Sets the wakeup timer to the scheduler's next_wakeup().

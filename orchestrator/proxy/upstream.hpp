@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include <boost/asio/awaitable.hpp>
@@ -24,6 +25,10 @@ struct UpstreamRequest {
   // The gateway asked for stream usage the client did not: strip it from the relayed stream.
   bool strip_usage = false;
   std::chrono::steady_clock::time_point deadline;  // routing.request_timeout
+  // Optional: called once, when a stream's first content has reached the client. No retry can
+  // follow, so what only a retry needs (client, body) may be released then; neither is used
+  // after it.
+  std::function<void()> content_started;
 };
 
 struct ExchangeResult {
@@ -51,5 +56,11 @@ boost::asio::awaitable<ExchangeResult> exchange(ProxyContext* ctx, const config:
                                                 fleet::Replica* replica,
                                                 const UpstreamRequest* request, bool allow_pooled,
                                                 ClientWriter* writer);
+// The same, reporting into *result: what a held stream uses, since an awaited ExchangeResult is
+// one more copy (248 bytes) in each coroutine frame it passes through, for the stream's life.
+boost::asio::awaitable<void> exchange_into(ProxyContext* ctx, const config::Config* config,
+                                           fleet::Replica* replica, const UpstreamRequest* request,
+                                           bool allow_pooled, ClientWriter* writer,
+                                           ExchangeResult* result);
 
 }  // namespace fg::proxy

@@ -395,6 +395,24 @@ TEST(SseRelay, HoldsOnlyAnIncompleteEvent) {
   EXPECT_EQ(relay.finish(), "data: tail");
 }
 
+TEST(SseRelay, KeepsNoBufferBetweenWholeEvents) {
+  // A held stream waits between events for minutes: whole events are forwarded from the bytes
+  // as they came, and a tail held for a while is let go once its event is complete.
+  SseRelay relay(kCap, false, nullptr);
+  const std::string event = "data: " + std::string(300, 'x') + "\n\n";
+  std::string out;
+  ASSERT_TRUE(relay.feed(event + event, out));
+  EXPECT_EQ(out, event + event);
+  EXPECT_LE(relay.held_capacity(), std::string().capacity());
+  out.clear();
+  ASSERT_TRUE(relay.feed(event.substr(0, 200), out));
+  EXPECT_EQ(relay.held(), 200u);
+  ASSERT_TRUE(relay.feed(event.substr(200), out));
+  EXPECT_EQ(out, event);
+  EXPECT_EQ(relay.held(), 0u);
+  EXPECT_LE(relay.held_capacity(), std::string().capacity());
+}
+
 TEST(SseRelay, EveryLineEndingEndsEvents) {
   SseRelay relay(kCap, false, nullptr);
   std::string out;

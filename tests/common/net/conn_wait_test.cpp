@@ -7,10 +7,13 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/error.hpp>
 
 #include "common/net/conn.hpp"
 
@@ -96,6 +99,93 @@ TEST(ConnWait, ThePeersCloseEndsTheWaitAndReadsAsEof) {
     EXPECT_FALSE(co_await p->conn->wait_readable(std::chrono::steady_clock::duration::max()));
     char buf[16];
     EXPECT_EQ(p->conn->read_now(asio::buffer(buf)).ec, asio::error::eof);
+  }(&p));
+}
+
+// The deadlines of a plain connection (expires_after): what beast::tcp_stream did before the
+// connection kept one timer of its own.
+
+TEST(ConnDeadline, AReadPastItsDeadlineTimesOutAndClosesTheConnection) {
+  Pair p;
+  p.run([](Pair* p) -> asio::awaitable<void> {
+    char buf[16];
+    p->conn->expires_after(30ms);
+    const IoResult r = co_await p->conn->read_some(asio::buffer(buf));
+    EXPECT_EQ(r.ec, beast::error::timeout);
+    EXPECT_FALSE(p->conn->is_open());
+    // Every operation after it fails too.
+    const IoResult again = co_await p->conn->read_some(asio::buffer(buf));
+    EXPECT_TRUE(again.ec);
+  }(&p));
+}
+
+TEST(ConnDeadline, AWritePastItsDeadlineTimesOut) {
+  Pair p;
+  p.run([](Pair* p) -> asio::awaitable<void> {
+    // The peer reads nothing, so a large enough write stays pending until its deadline.
+    const std::string big(64 * 1024 * 1024, 'x');
+    p->conn->expires_after(50ms);
+    const IoResult r = co_await p->conn->write(asio::buffer(big));
+    EXPECT_EQ(r.ec, beast::error::timeout);
+    EXPECT_LT(r.bytes, big.size());
+  }(&p));
+}
+
+TEST(ConnDeadline, AnOperationDoneInTimeLeavesNoDeadlineBehind) {
+  Pair p;
+  p.run([](Pair* p) -> asio::awaitable<void> {
+    error_code wec;
+    asio::write(*p->peer, asio::buffer(std::string_view("ab")), wec);
+    char buf[16];
+    p->conn->expires_after(50ms);
+    const IoResult first = co_await p->conn->read_some(asio::buffer(buf));
+    EXPECT_FALSE(first.ec);
+    // Past the first deadline, with none set any more: the next read waits for its bytes.
+    p->conn->expires_never();
+    asio::steady_timer later(p->io, 120ms);
+    later.async_wait([p](error_code) {
+      error_code ec;
+      asio::write(*p->peer, asio::buffer(std::string_view("cd")), ec);
+    });
+    const IoResult second = co_await p->conn->read_some(asio::buffer(buf));
+    EXPECT_FALSE(second.ec) << second.ec.message();
+    EXPECT_EQ(std::string(buf, second.bytes), "cd");
+  }(&p));
+}
+
+TEST(ConnDeadline, ADeadlineSetAgainAppliesToTheNextOperation) {
+  Pair p;
+  p.run([](Pair* p) -> asio::awaitable<void> {
+    char buf[16];
+    p->conn->expires_after(1h);
+    asio::steady_timer soon(p->io, 10ms);
+    soon.async_wait([p](error_code) {
+      error_code ec;
+      asio::write(*p->peer, asio::buffer(std::string_view("x")), ec);
+    });
+    EXPECT_FALSE((co_await p->conn->read_some(asio::buffer(buf))).ec);
+    p->conn->expires_after(20ms);
+    EXPECT_EQ((co_await p->conn->read_some(asio::buffer(buf))).ec, beast::error::timeout);
+  }(&p));
+}
+
+TEST(ConnDeadline, AConnectionDestroyedDuringATimedWaitEndsTheWait) {
+  Pair p;
+  p.run([](Pair* p) -> asio::awaitable<void> {
+    bool ended = false;
+    error_code ended_with;
+    p->conn->async_wait_readable(1h, [&](error_code ec) {
+      ended = true;
+      ended_with = ec;
+    });
+    p->conn.reset();
+    asio::steady_timer tick(p->io);
+    for (int i = 0; i < 1000 && !ended; ++i) {
+      tick.expires_after(1ms);
+      co_await tick.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
+    EXPECT_TRUE(ended);
+    EXPECT_TRUE(ended_with);
   }(&p));
 }
 

@@ -170,5 +170,50 @@ TEST_F(SlotBrokerTest, TheWakeupTimerEndsAHoldByTimeAlone) {
   EXPECT_EQ(held->lease.replica(), kSlow);
 }
 
+TEST_F(SlotBrokerTest, TryAcquireGrantsAFreeSlotAtOnce) {
+  AcquireStart start = broker.try_acquire("m", {});
+  EXPECT_FALSE(start.queued);
+  ASSERT_EQ(start.result.error, AcquireError::none);
+  EXPECT_EQ(start.result.lease.replica(), kReplica);
+  EXPECT_EQ(scheduler.in_flight(kReplica), 1u);
+  EXPECT_EQ(broker.try_acquire("nope", {}).result.error, AcquireError::unknown_model);
+}
+
+TEST_F(SlotBrokerTest, AQueueTicketNeverWaitedOnLeavesTheQueue) {
+  AcquireStart first = broker.try_acquire("m", {});
+  ASSERT_TRUE(first.result.lease);
+  {
+    // Queued, then dropped before a wait took it over (a cancelled coroutine that never ran).
+    AcquireStart second = broker.try_acquire("m", {});
+    ASSERT_TRUE(second.queued);
+    EXPECT_EQ(scheduler.queue_depth("m"), 1u);
+  }
+  EXPECT_EQ(scheduler.queue_depth("m"), 0u);
+  // The slot it would have had goes to the next one.
+  first.result.lease.release();
+  EXPECT_EQ(broker.try_acquire("m", {}).result.lease.replica(), kReplica);
+}
+
+TEST_F(SlotBrokerTest, AQueuedTicketIsGrantedThroughWaitQueued) {
+  AcquireStart first = broker.try_acquire("m", {});
+  ASSERT_TRUE(first.result.lease);
+  AcquireStart second = broker.try_acquire("m", {});
+  ASSERT_TRUE(second.queued);
+  std::optional<AcquireResult> waited;
+  asio::co_spawn(
+      io,
+      [](SlotBroker* broker, QueueTicket ticket,
+         std::optional<AcquireResult>* out) -> asio::awaitable<void> {
+        *out = co_await broker->wait_queued(std::move(ticket), 30s);
+      }(&broker, std::move(second.queued), &waited),
+      asio::detached);
+  ASSERT_TRUE(run_until(io, [&] { return scheduler.queue_depth("m") == 1; }));
+  EXPECT_FALSE(waited.has_value());
+  first.result.lease.release();
+  ASSERT_TRUE(run_until(io, [&] { return waited.has_value(); }));
+  ASSERT_EQ(waited->error, AcquireError::none);
+  EXPECT_EQ(waited->lease.replica(), kReplica);
+}
+
 }  // namespace
 }  // namespace fg::proxy

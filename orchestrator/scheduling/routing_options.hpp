@@ -88,6 +88,18 @@ struct RoutingOptions {
   // How many waiters at the head of each tenant's queue are compared when a slot frees.
   std::uint32_t scan_window = 64;
 
+  // --- Reserve for higher bands (expected_finish)
+  // A request may not take the last free replica that would finish a recent prompt of a higher
+  // band within (1 + reserve_margin) x that prompt's finish on an idle fleet, unless a busy
+  // replica will do so. "Recent": one of the last reserve_prompts distinct prompts (by their
+  // first block; the part two of them shared is what is expected to recur) of a band above the
+  // lowest band seen in reserve_window. At most half the model's replicas are kept so. Without
+  // a lower band's traffic nothing is recorded and nothing is kept; reserve_prompts 0 turns it
+  // off (docs/routing.md).
+  double reserve_margin = 0.5;
+  std::uint32_t reserve_prompts = 8;
+  std::chrono::milliseconds reserve_window{600'000};
+
   // --- Priorities and fair shares
   // Band of a request that names no priority. Bands are strict: a free slot goes to the highest
   // band with a waiter that can use it.

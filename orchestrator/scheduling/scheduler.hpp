@@ -6,6 +6,7 @@
 #include <list>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -161,6 +162,9 @@ class Scheduler {
   bool held(WaiterId waiter) const;
   // Times later waiters took a slot this queued waiter could have used.
   std::uint32_t overtaken(WaiterId waiter) const;
+  // Free replicas a request of this band may not take now: each is the last that would finish a
+  // recent prompt of a higher band within the reserve margin (RoutingOptions::reserve_*).
+  std::vector<ReplicaId> reserved(const std::string& model, std::int32_t priority) const;
   std::optional<SpeedSnapshot> speeds(ReplicaId id) const;
   const PromptCacheModel& prompt_cache() const { return cache_; }
   const SpeedModel& speed_model() const { return speeds_; }
@@ -216,6 +220,17 @@ class Scheduler {
     double virtual_usage = 0;  // the least active tenant's usage: where a newcomer starts
     std::size_t size = 0;
   };
+  // A recent prompt of a band above the lowest band seen lately: what the reserve keeps a free
+  // replica for.
+  struct Recent {
+    std::int32_t band = 0;
+    openai::BlockHash key = 0;              // its first block (0: none)
+    std::vector<openai::BlockHash> last{};  // the latest such prompt
+    std::size_t shared = 0;  // blocks the latest two shared: the part expected to recur
+    double prompt_tokens = 0;
+    std::optional<std::uint32_t> max_tokens{};
+    TimePoint seen{};
+  };
   struct Model {
     std::string name;
     std::vector<ReplicaId> replicas;  // routing order (insertion order)
@@ -223,6 +238,10 @@ class Scheduler {
     std::map<std::int32_t, Band, std::greater<>> bands;
     std::size_t queued = 0;
     std::unordered_set<WaiterId> held;
+    std::map<std::int32_t, TimePoint> bands_seen;  // when a request of each band came last
+    std::vector<Recent> recent;                    // at most reserve_prompts
+    // When time alone may release a reserved replica to a waiting lower band.
+    std::optional<TimePoint> reserve_recheck;
   };
   struct Place {
     Model* model = nullptr;
@@ -287,9 +306,21 @@ class Scheduler {
   // also_idle: for a busy replica, the slot that frees first (the one the request would get).
   double service_seconds(ReplicaId id, const Estimate& e, const Request& request,
                          std::optional<std::uint32_t> also_idle) const;
+  double service_seconds(ReplicaId id, const Estimate& e, std::span<const openai::BlockHash> blocks,
+                         std::optional<std::uint32_t> also_idle) const;
   // When each of a replica's bindings is expected to end, soonest first.
   std::vector<FreeAt> binding_ends(const Replica& r, TimePoint now) const;
 
+  // The model's busy replicas that serve, soonest to free first.
+  std::vector<BusyReplica> busy_replicas(const Model& m) const;
+  // Remembers a request of a band above the lowest seen lately (reserve_*).
+  void note_request(Model& m, std::int32_t band, const Request& request);
+  // Indices of the free replicas kept from requests of `band` (sorted); `recheck` gets the
+  // soonest time at which time alone may change that.
+  std::vector<std::size_t> reserved_indices(const Model& m, std::int32_t band,
+                                            const std::vector<std::size_t>& free,
+                                            const std::vector<BusyReplica>& busy,
+                                            std::optional<TimePoint>* recheck) const;
   std::optional<Pick> select(Model& m, const std::vector<std::size_t>& free, Pass& pass);
   std::optional<Pick> select_least_loaded(Model& m, const std::vector<std::size_t>& free,
                                           Pass& pass);

@@ -108,7 +108,8 @@ export async function startAgents(bin, scales, { profile = PROFILE, slots = 1 } 
 // are durations of phone work shrink by as much: hold_min_gain (1 s by default, the least gain
 // worth leaving a free phone idle for) would otherwise be worth 100 simulated seconds at 100x,
 // more than a cached review takes, and no request would ever wait for the phone holding its
-// prefix.
+// prefix; reserve_window (600 s by default: how long a higher band's prompt keeps a phone from
+// lower bands) would otherwise span 1,000 simulated minutes, the whole run.
 function gatewayYaml({ publicPort, adminPort, agents, policy, timeScale = 1 }) {
   const endpoints = agents.map((a) => `      - {url: ${JSON.stringify(a.url)}, slots: 1}`).join('\n');
   return `# written by tests/bench/routing.mjs
@@ -123,7 +124,7 @@ models:
 ${endpoints}
 routing:
 ${policy ? `  policy: ${policy}\n` : ''}  hold_min_gain: ${Math.max(1, Math.round(1000 / timeScale))}ms
-  queue_max: 100000
+${policy ? `  reserve_window: ${Math.max(1, Math.round(600000 / timeScale))}ms\n` : ''}  queue_max: 100000
   queue_timeout: 3600s
   request_timeout: 3600s
 upstream:

@@ -722,8 +722,14 @@ std::optional<Scheduler::Pick> Scheduler::select_expected_finish(
       }
       Entry& e = chosen->entries[chosen->cursor];
       Waiter& w = *e.it;
-      // The hold is decided for the candidate only: the others stay in line for this slot.
-      if (!e.due && !w.request.sheddable && try_hold(m, w, e.estimate, e.cost, pass)) {
+      // The hold is decided for the candidate only: the others stay in line for this slot. What
+      // the slot loses when the next in line takes it instead (its cost here, at least) counts
+      // against the hold.
+      double displaced = 0;
+      if (chosen->cursor + 1 < chosen->entries.size()) {
+        displaced = std::max(chosen->entries[chosen->cursor + 1].cost - e.cost, 0.0);
+      }
+      if (!e.due && !w.request.sheddable && try_hold(m, w, e.estimate, e.cost, displaced, pass)) {
         if (++chosen->cursor == chosen->entries.size()) {
           scan(*chosen);
         }
@@ -981,7 +987,8 @@ std::vector<ReplicaId> Scheduler::reserved(const std::string& model, std::int32_
   return ids;
 }
 
-bool Scheduler::try_hold(Model& m, Waiter& w, const Estimate& e, double free_seconds, Pass& pass) {
+bool Scheduler::try_hold(Model& m, Waiter& w, const Estimate& e, double free_seconds,
+                         double displaced, Pass& pass) {
   const double margin = 1.0 + std::max(options_.hold_margin, 0.0);
   const double gain = Seconds(options_.hold_min_gain).count();
   const BusyTarget best = best_busy(m, w, e, free_seconds, pass);
@@ -993,8 +1000,11 @@ bool Scheduler::try_hold(Model& m, Waiter& w, const Estimate& e, double free_sec
     return false;
   }
   const TimePoint since = w.held_since.value_or(now_);
+  // A hold must gain the waiter more than the slot loses by going to the next in line instead:
+  // otherwise a slow free phone whose own prefix's waiters all wait for fast phones reads a
+  // whole prompt for another prefix.
   if (!(target_time * margin + gain < free_seconds) ||
-      !(seconds_between(since, now_) < free_seconds)) {
+      !(seconds_between(since, now_) < free_seconds) || !(target_time + displaced < free_seconds)) {
     return false;
   }
   // Without news the busy slot is worth waiting for until its overrun eats the gain, and never

@@ -337,7 +337,9 @@ class Scheduler {
   BusyTarget best_busy(const Model& m, const Waiter& w, const Estimate& e, double free_seconds,
                        Pass& pass) const;
   // Leaves the waiter waiting for a busy replica if one is expected to finish it sooner.
-  bool try_hold(Model& m, Waiter& w, const Estimate& e, double free_seconds, Pass& pass);
+  // displaced: how much more the free slot costs the next in line, who takes it instead.
+  bool try_hold(Model& m, Waiter& w, const Estimate& e, double free_seconds, double displaced,
+                Pass& pass);
   void clear_hold(Model& m, Waiter& w);
   std::size_t least_loaded_index(const Model& m, const std::vector<std::size_t>& candidates) const;
   Grant bind(Model& m, const Pick& pick);

@@ -65,12 +65,15 @@ struct Request {
 //   the older one would finish here (affinity_yield): then the older one takes it. A waiter is
 //   overtaken at most max_overtakes times by later waiters of its queue, then it goes first. A
 //   free replica stays idle for a waiter only while a busy replica is expected to finish it
-//   sooner by the hold margin (at most one
-//   waiter per busy slot, never longer than it would have taken on the free one); the shell
+//   sooner by the hold margin, and by more than the free one loses to the next in line (at most
+//   one waiter per busy slot, never longer than it would have taken on the free one); the shell
 //   calls tick() at next_wakeup() to re-decide.
+// - Reserve (expected_finish): a lower band may not take the last free replica that would finish
+//   a recent prompt of a higher band within (1 + reserve_margin) of its idle-fleet finish, when
+//   no busy replica will; at most half the replicas, only while the higher band is recent.
 // - Work conservation: at rest, no waiter that can use a free slot waits, except one held for a
-//   busy replica as above. A request that cannot be bound now waits and is bound late, the
-//   moment a slot it can use frees.
+//   busy replica, or kept from a reserved one, as above. A request that cannot be bound now
+//   waits and is bound late, the moment a slot it can use frees.
 // - A waiter may exclude replicas it already tried (retries). When its exclusions cover every
 //   routable replica of the model, they are ignored (a retry on the same replica beats waiting
 //   forever).
@@ -220,8 +223,8 @@ class Scheduler {
     double virtual_usage = 0;  // the least active tenant's usage: where a newcomer starts
     std::size_t size = 0;
   };
-  // A recent prompt of a band above the lowest band seen lately: what the reserve keeps a free
-  // replica for.
+  // A prompt of a band above the lowest band the model has served: while recent, what the
+  // reserve keeps a free replica for.
   struct Recent {
     std::int32_t band = 0;
     openai::BlockHash key = 0;              // its first block (0: none)
@@ -238,8 +241,8 @@ class Scheduler {
     std::map<std::int32_t, Band, std::greater<>> bands;
     std::size_t queued = 0;
     std::unordered_set<WaiterId> held;
-    std::map<std::int32_t, TimePoint> bands_seen;  // when a request of each band came last
-    std::vector<Recent> recent;                    // at most reserve_prompts
+    std::optional<std::int32_t> lowest_band;  // of every request it has seen
+    std::vector<Recent> recent;               // at most reserve_prompts, recent or not
     // When time alone may release a reserved replica to a waiting lower band.
     std::optional<TimePoint> reserve_recheck;
   };
@@ -313,7 +316,7 @@ class Scheduler {
 
   // The model's busy replicas that serve, soonest to free first.
   std::vector<BusyReplica> busy_replicas(const Model& m) const;
-  // Remembers a request of a band above the lowest seen lately (reserve_*).
+  // Remembers a request of a band above the lowest the model has served (reserve_*).
   void note_request(Model& m, std::int32_t band, const Request& request);
   // Indices of the free replicas kept from requests of `band` (sorted); `recheck` gets the
   // soonest time at which time alone may change that.

@@ -163,6 +163,32 @@ TEST(BandReserve, LapsesWhenTheHigherBandIsNoLongerRecent) {
   EXPECT_EQ(pairs(f.s.tick(*wake)), (Pairs{{4, 2}}));
 }
 
+TEST(BandReserve, APromptBackFromAQuietSpellKeepsWhatItShared) {
+  RoutingOptions o = options();
+  o.reserve_margin = 0.5;
+  o.reserve_window = std::chrono::seconds(30);
+  Scheduler s(100, o);
+  s.add_model(kModel);
+  for (ReplicaId r = 1; r <= 3; ++r) {
+    s.add_replica(r, kModel, 1);
+    s.set_measured_speeds(r, 100, 20);
+  }
+  EXPECT_EQ(s.admit(1, kModel, at_seconds(0), batch(1)).replica, 1u);  // until 70.75 s
+  EXPECT_EQ(s.admit(2, kModel, at_seconds(0), interactive(2)).replica, 2u);
+  EXPECT_EQ(s.admit(3, kModel, at_seconds(0), interactive(3)).replica, 3u);
+  EXPECT_TRUE(done(s, 2, 10).empty());
+  EXPECT_TRUE(done(s, 3, 11).empty());
+  // 39 s later (quiet for longer than the window) one interactive review comes back and takes
+  // phone 2. What the last two shared (instructions 2) is remembered, so phone 3, which holds
+  // them, is kept from the batch at once: 20.83 s there against a bound of 1.5 x 20.83 = 31.25 s;
+  // phone 2 frees in 20.83 s (41.66 s with the review) and phone 1 holds no instructions.
+  // (Forgotten, the prompt would keep capacity only, and phone 1 would cover that: 20.75 +
+  // 70.75 = 91.5 s <= 1.5 x 70.75.)
+  EXPECT_EQ(s.admit(7, kModel, at_seconds(50), interactive(7)).replica, 2u);
+  EXPECT_EQ(s.admit(8, kModel, at_seconds(50), batch(8)).outcome, Outcome::queued);
+  EXPECT_EQ(s.reserved(kModel, 0), std::vector<ReplicaId>{3});
+}
+
 TEST(BandReserve, OffWithZeroPromptsOrUnderLeastLoaded) {
   RoutingOptions off = options();
   off.reserve_prompts = 0;

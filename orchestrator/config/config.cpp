@@ -93,6 +93,9 @@ const std::vector<std::string> kRoutingKeys = {"queue_max",
                                                "max_overtakes",
                                                "affinity_yield",
                                                "scan_window",
+                                               "reserve_margin",
+                                               "reserve_prompts",
+                                               "reserve_window",
                                                "default_priority",
                                                "band_queue_max",
                                                "fair_share_slack_tokens",
@@ -641,6 +644,9 @@ class Parser {
     s.read_whole("max_overtakes", out.max_overtakes);
     s.read_bool("affinity_yield", out.affinity_yield);
     s.read_whole("scan_window", out.scan_window, 1);
+    number("reserve_margin", out.reserve_margin, 0, 100);
+    s.read_whole("reserve_prompts", out.reserve_prompts);
+    s.read_duration("reserve_window", out.reserve_window, false);
     if (const Value* v = s.find("default_priority")) {
       out.default_priority = read_priority(*v);
     }

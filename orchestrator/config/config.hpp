@@ -175,6 +175,9 @@ struct RoutingConfig {
   std::uint32_t max_overtakes = 128;
   bool affinity_yield = true;
   std::uint32_t scan_window = 64;
+  double reserve_margin = 0.5;
+  std::uint32_t reserve_prompts = 8;
+  milliseconds reserve_window{600'000};
   std::int32_t default_priority = 0;
   std::map<std::int32_t, std::uint32_t> band_queue_max;  // priority -> queue limit
   double fair_share_slack_tokens = 16384.0;

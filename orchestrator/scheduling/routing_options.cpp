@@ -48,6 +48,9 @@ RoutingOptions routing_options(const config::RoutingConfig& routing,
   o.max_overtakes = routing.max_overtakes;
   o.affinity_yield = routing.affinity_yield;
   o.scan_window = routing.scan_window;
+  o.reserve_margin = routing.reserve_margin;
+  o.reserve_prompts = routing.reserve_prompts;
+  o.reserve_window = routing.reserve_window;
   o.default_priority = routing.default_priority;
   o.band_queue_max = routing.band_queue_max;
   o.fair_share_slack_tokens = routing.fair_share_slack_tokens;

@@ -6,6 +6,7 @@
 #include <list>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -64,12 +65,15 @@ struct Request {
 //   the older one would finish here (affinity_yield): then the older one takes it. A waiter is
 //   overtaken at most max_overtakes times by later waiters of its queue, then it goes first. A
 //   free replica stays idle for a waiter only while a busy replica is expected to finish it
-//   sooner by the hold margin (at most one
-//   waiter per busy slot, never longer than it would have taken on the free one); the shell
+//   sooner by the hold margin, and by more than the free one loses to the next in line (at most
+//   one waiter per busy slot, never longer than it would have taken on the free one); the shell
 //   calls tick() at next_wakeup() to re-decide.
+// - Reserve (expected_finish): a lower band may not take the last free replica that would finish
+//   a recent prompt of a higher band within (1 + reserve_margin) of its idle-fleet finish, when
+//   no busy replica will; at most half the replicas, only while the higher band is recent.
 // - Work conservation: at rest, no waiter that can use a free slot waits, except one held for a
-//   busy replica as above. A request that cannot be bound now waits and is bound late, the
-//   moment a slot it can use frees.
+//   busy replica, or kept from a reserved one, as above. A request that cannot be bound now
+//   waits and is bound late, the moment a slot it can use frees.
 // - A waiter may exclude replicas it already tried (retries). When its exclusions cover every
 //   routable replica of the model, they are ignored (a retry on the same replica beats waiting
 //   forever).
@@ -161,6 +165,9 @@ class Scheduler {
   bool held(WaiterId waiter) const;
   // Times later waiters took a slot this queued waiter could have used.
   std::uint32_t overtaken(WaiterId waiter) const;
+  // Free replicas a request of this band may not take now: each is the last that would finish a
+  // recent prompt of a higher band within the reserve margin (RoutingOptions::reserve_*).
+  std::vector<ReplicaId> reserved(const std::string& model, std::int32_t priority) const;
   std::optional<SpeedSnapshot> speeds(ReplicaId id) const;
   const PromptCacheModel& prompt_cache() const { return cache_; }
   const SpeedModel& speed_model() const { return speeds_; }
@@ -216,6 +223,17 @@ class Scheduler {
     double virtual_usage = 0;  // the least active tenant's usage: where a newcomer starts
     std::size_t size = 0;
   };
+  // A prompt of a band above the lowest band the model has served: while recent, what the
+  // reserve keeps a free replica for.
+  struct Recent {
+    std::int32_t band = 0;
+    openai::BlockHash key = 0;              // its first block (0: none)
+    std::vector<openai::BlockHash> last{};  // the latest such prompt
+    std::size_t shared = 0;  // blocks the latest two shared: the part expected to recur
+    double prompt_tokens = 0;
+    std::optional<std::uint32_t> max_tokens{};
+    TimePoint seen{};
+  };
   struct Model {
     std::string name;
     std::vector<ReplicaId> replicas;  // routing order (insertion order)
@@ -223,6 +241,10 @@ class Scheduler {
     std::map<std::int32_t, Band, std::greater<>> bands;
     std::size_t queued = 0;
     std::unordered_set<WaiterId> held;
+    std::optional<std::int32_t> lowest_band;  // of every request it has seen
+    std::vector<Recent> recent;               // at most reserve_prompts, recent or not
+    // When time alone may release a reserved replica to a waiting lower band.
+    std::optional<TimePoint> reserve_recheck;
   };
   struct Place {
     Model* model = nullptr;
@@ -287,9 +309,21 @@ class Scheduler {
   // also_idle: for a busy replica, the slot that frees first (the one the request would get).
   double service_seconds(ReplicaId id, const Estimate& e, const Request& request,
                          std::optional<std::uint32_t> also_idle) const;
+  double service_seconds(ReplicaId id, const Estimate& e, std::span<const openai::BlockHash> blocks,
+                         std::optional<std::uint32_t> also_idle) const;
   // When each of a replica's bindings is expected to end, soonest first.
   std::vector<FreeAt> binding_ends(const Replica& r, TimePoint now) const;
 
+  // The model's busy replicas that serve, soonest to free first.
+  std::vector<BusyReplica> busy_replicas(const Model& m) const;
+  // Remembers a request of a band above the lowest the model has served (reserve_*).
+  void note_request(Model& m, std::int32_t band, const Request& request);
+  // Indices of the free replicas kept from requests of `band` (sorted); `recheck` gets the
+  // soonest time at which time alone may change that.
+  std::vector<std::size_t> reserved_indices(const Model& m, std::int32_t band,
+                                            const std::vector<std::size_t>& free,
+                                            const std::vector<BusyReplica>& busy,
+                                            std::optional<TimePoint>* recheck) const;
   std::optional<Pick> select(Model& m, const std::vector<std::size_t>& free, Pass& pass);
   std::optional<Pick> select_least_loaded(Model& m, const std::vector<std::size_t>& free,
                                           Pass& pass);
@@ -306,7 +340,9 @@ class Scheduler {
   BusyTarget best_busy(const Model& m, const Waiter& w, const Estimate& e, double free_seconds,
                        Pass& pass) const;
   // Leaves the waiter waiting for a busy replica if one is expected to finish it sooner.
-  bool try_hold(Model& m, Waiter& w, const Estimate& e, double free_seconds, Pass& pass);
+  // displaced: how much more the free slot costs the next in line, who takes it instead.
+  bool try_hold(Model& m, Waiter& w, const Estimate& e, double free_seconds, double displaced,
+                Pass& pass);
   void clear_hold(Model& m, Waiter& w);
   std::size_t least_loaded_index(const Model& m, const std::vector<std::size_t>& candidates) const;
   Grant bind(Model& m, const Pick& pick);

@@ -108,7 +108,8 @@ export async function startAgents(bin, scales, { profile = PROFILE, slots = 1 } 
 // are durations of phone work shrink by as much: hold_min_gain (1 s by default, the least gain
 // worth leaving a free phone idle for) would otherwise be worth 100 simulated seconds at 100x,
 // more than a cached review takes, and no request would ever wait for the phone holding its
-// prefix.
+// prefix; reserve_window (600 s by default: how long a higher band's prompt keeps a phone from
+// lower bands) would otherwise span 1,000 simulated minutes, the whole run.
 function gatewayYaml({ publicPort, adminPort, agents, policy, timeScale = 1 }) {
   const endpoints = agents.map((a) => `      - {url: ${JSON.stringify(a.url)}, slots: 1}`).join('\n');
   return `# written by tests/bench/routing.mjs
@@ -123,7 +124,7 @@ models:
 ${endpoints}
 routing:
 ${policy ? `  policy: ${policy}\n` : ''}  hold_min_gain: ${Math.max(1, Math.round(1000 / timeScale))}ms
-  queue_max: 100000
+${policy ? `  reserve_window: ${Math.max(1, Math.round(600000 / timeScale))}ms\n` : ''}  queue_max: 100000
   queue_timeout: 3600s
   request_timeout: 3600s
 upstream:
@@ -376,10 +377,12 @@ plot "routing-fraud.dat" using 2:xtic(1) title "reviews / hour" lc rgb "#4472c4"
     );
     if (f) files.push(f);
   }
-  // 2. Latency distributions (CDF) of the fraud and mixed scenarios.
-  for (const [scenario, title] of [
+  // 2. Latency distributions (CDF) of the fraud and mixed scenarios, and of the interactive
+  // tenant's reviews (idle fleet and beside the batch; log scale: 28 s to minutes).
+  for (const [scenario, title, extra = ''] of [
     ['fraud', 'Fraud review: latency per review (simulated s)'],
     ['mixed', 'Mixed speeds at 50% load (Poisson): latency (simulated s)'],
+    ['tenants', 'Two tenants: interactive reviews, idle fleet and beside the batch (simulated s)', 'set logscale x\n'],
   ]) {
     const rs = runs[`${scenario}Latencies`];
     if (!rs?.length) continue;
@@ -394,7 +397,7 @@ set xlabel "latency (simulated seconds)"
 set ylabel "share of requests"
 set yrange [0:1]
 set key bottom right
-plot ${plots.join(', \\\n     ')}
+${extra}plot ${plots.join(', \\\n     ')}
 `,
       dir,
       `routing-${scenario}-latency`,
@@ -439,7 +442,7 @@ export async function scenarioRouting(env) {
   const fraudBody = (random) => reviewBody(prefixes, random, 2000 * CHARS_PER_TOKEN, 8);
   const rows = [];
   const runs = {
-    fraud: [], fraudLatencies: [], mixedLatencies: [],
+    fraud: [], fraudLatencies: [], mixedLatencies: [], tenantsLatencies: [],
     fraudTitle: `Fraud review: ${N} one-slot phones (${slow} of them 4x slower), ${clients} clients`,
   };
 
@@ -493,6 +496,12 @@ export async function scenarioRouting(env) {
           })(),
         ]);
         const busy = figures(busyRecords, { from: t2 + warm, to: t2 + warm + window, timeScale: T, byStart: true });
+        if (rep === 0) {
+          runs.tenantsLatencies.push(
+            { key: `${proxy.key}-idle`, label: `${proxy.label}, idle fleet`, latencies: idle.latencies },
+            { key: `${proxy.key}-batch`, label: `${proxy.label}, beside the batch`, latencies: busy.latencies },
+          );
+        }
         const batch = figures(batchRecords, { from: t2 + warm, to: t2 + warm + window, timeScale: T });
         rows.push({
           scenario: 'tenants', repeat: rep + 1, proxy: proxy.key, idle_p95_s: idle.p95_s, idle_mean_s: idle.mean_s,

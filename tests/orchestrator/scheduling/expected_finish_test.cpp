@@ -281,6 +281,30 @@ TEST(ExpectedFinish, NoHoldWithoutEnoughGain) {
   EXPECT_TRUE(eager.held(2));
 }
 
+TEST(ExpectedFinish, NoHoldWhenTheNextInLineWouldWasteTheFreeSlot) {
+  // Phone 1 fast (100 prompt tok/s, 20 decode), phone 2 slow (25 and 5); 16-token answers.
+  Scheduler s(100, ef());
+  s.add_model(kModel);
+  s.add_replica(1, kModel, 1);
+  s.add_replica(2, kModel, 1);
+  s.set_measured_speeds(1, 100, 20);
+  s.set_measured_speeds(2, 25, 5);
+  // Both read instructions 1: the slow one until 283 s, the fast one until 70.75 s.
+  Request first = review(1, 5000, 100, 2000);
+  first.exclude = {1};
+  EXPECT_EQ(granted(s, 100, first), 2u);
+  EXPECT_EQ(granted(s, 1, review(1, 5000, 1, 2000)), 1u);
+  queued(s, 2, review(2, 5000, 2, 2000), 1);  // instructions nobody holds
+  queued(s, 3, review(1, 5000, 3, 2000), 2);
+  // The slow phone frees at 66 s. Waiter 3 costs 2,008 / 25 + 15 / 5 = 83.3 s there; behind the
+  // fast phone 4.75 + 20.83 = 25.58 s, a hold by the rule alone. But then the slot goes to waiter
+  // 2, 7,000 / 25 + 3 = 283 s there: the slot would lose 199.7 s for waiter 3's 57.7. So waiter 3
+  // takes the slow phone, and waiter 2 the fast one when it frees (both done by ~145 s, not 283).
+  EXPECT_EQ(pairs(s.complete(100, at_seconds(66), Completion{.ok = false})), (Pairs{{3, 2}}));
+  EXPECT_FALSE(s.held(2));
+  EXPECT_EQ(pairs(s.complete(1, at_seconds(70.75), Completion{.ok = false})), (Pairs{{2, 1}}));
+}
+
 TEST(ExpectedFinish, CancellingAHeldWaiterClearsTheWakeup) {
   Scheduler s = fast_and_slow();
   granted(s, 1, plain(1, 1000));

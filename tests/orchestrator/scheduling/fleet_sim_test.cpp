@@ -44,6 +44,44 @@ TEST(FleetSim, TinyCacheBudgetStillRoutes) {
   EXPECT_GT(r.completed, 0u);
 }
 
+// The reserve for higher bands records nothing without a higher band's traffic: the fraud
+// review is the same, review for review, with it off.
+TEST(FleetSim, ReserveCostsNothingWithoutAHigherBand) {
+  Config c = fraud(RoutingPolicy::expected_finish);
+  c.seconds = 3600;
+  const Result on = run(c);
+  c.options.reserve_prompts = 0;
+  const Result off = run(c);
+  EXPECT_EQ(on.completed, off.completed);
+  EXPECT_EQ(on.mean_latency, off.mean_latency);
+  EXPECT_EQ(on.cache_share, off.cache_share);
+}
+
+// Two tenants (routing_sim's run): interactive reviews (Poisson, one a minute, priority 10) alone
+// on the warm fleet, then beside 48 batch clients. With the reserve the interactive p95 beside the
+// batch stays within the 1.5x of its idle p95, and the batch keeps 90% of its throughput.
+TEST(FleetSim, ReserveKeepsTheInteractiveBandNearItsIdleLatency) {
+  Config idle = fraud(RoutingPolicy::expected_finish);
+  idle.seconds = 4 * 3600.0;
+  idle.workload.clients_until = idle.warmup_seconds;
+  idle.warmup_seconds += 600;
+  idle.workload.interactive_rate = 1.0 / 60;
+  Config busy = fraud(RoutingPolicy::expected_finish);
+  busy.seconds = 4 * 3600.0;
+  busy.workload.clients = 48;
+  busy.workload.interactive_rate = 1.0 / 60;
+  const Result alone = run(idle);
+  const Result with = run(busy);
+  busy.options.reserve_prompts = 0;
+  const Result without = run(busy);
+  ASSERT_GT(with.interactive_completed, 100u);
+  EXPECT_LE(with.interactive_p95, 1.5 * alone.interactive_p95)
+      << with.interactive_p95 << " vs idle " << alone.interactive_p95;
+  EXPECT_LT(with.interactive_p95, without.interactive_p95);
+  EXPECT_LT(with.profile.interactive_mean_wait, without.profile.interactive_mean_wait);
+  EXPECT_GT(with.per_hour, 0.9 * without.per_hour) << with.per_hour << " vs " << without.per_hour;
+}
+
 TEST(FleetSim, MixedSpeedsExpectedFinishHalvesMeanLatency) {
   Config c;
   c.phones = std::vector<Phone>(8);

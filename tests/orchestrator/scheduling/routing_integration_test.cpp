@@ -46,6 +46,9 @@ TEST(RoutingConfig, DefaultsMatchRoutingOptions) {
   EXPECT_EQ(mapped.max_overtakes, defaults.max_overtakes);
   EXPECT_EQ(mapped.affinity_yield, defaults.affinity_yield);
   EXPECT_EQ(mapped.scan_window, defaults.scan_window);
+  EXPECT_DOUBLE_EQ(mapped.reserve_margin, defaults.reserve_margin);
+  EXPECT_EQ(mapped.reserve_prompts, defaults.reserve_prompts);
+  EXPECT_EQ(mapped.reserve_window, defaults.reserve_window);
   EXPECT_EQ(mapped.default_priority, defaults.default_priority);
   EXPECT_TRUE(mapped.band_queue_max.empty());
   EXPECT_DOUBLE_EQ(mapped.fair_share_slack_tokens, defaults.fair_share_slack_tokens);
@@ -72,6 +75,9 @@ TEST(RoutingConfig, EveryKnobIsReadAndMapped) {
   max_overtakes: 4
   affinity_yield: false
   scan_window: 16
+  reserve_margin: 0.75
+  reserve_prompts: 3
+  reserve_window: 90s
   default_priority: 10
   band_queue_max:
     - {priority: -1, max: 50000}
@@ -107,6 +113,9 @@ server:
   EXPECT_EQ(o.max_overtakes, 4u);
   EXPECT_FALSE(o.affinity_yield);
   EXPECT_EQ(o.scan_window, 16u);
+  EXPECT_DOUBLE_EQ(o.reserve_margin, 0.75);
+  EXPECT_EQ(o.reserve_prompts, 3u);
+  EXPECT_EQ(o.reserve_window, std::chrono::seconds(90));
   EXPECT_EQ(o.default_priority, 10);
   EXPECT_EQ(o.band_queue_max.at(-1), 50000u);
   EXPECT_EQ(o.band_queue_max.at(10), 200u);

@@ -2,12 +2,15 @@
 // injected clock: admissions of every kind (bands, sheddable, tenants, groups, retries with
 // exclusions), completions with reports, releases, cancels, time passing, replicas turning
 // unroutable and changing slots, group caps changing. After every step: no over-commit, work
-// conservation (a waiter that could use a free slot is held for a busy replica), the overtaking
-// bound, the cache budget, exact accounting; at the end everyone left is served.
+// conservation (a waiter that could use a free slot is held for a busy replica, or the slot's
+// replica is reserved for a higher band that was seen within the reserve window, on at most half
+// the replicas), the overtaking bound, the cache budget, exact accounting; at the end everyone
+// left is served.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <deque>
 #include <map>
@@ -35,6 +38,7 @@ struct Info {
   std::vector<ReplicaId> exclude{};
   std::string group{};
   std::uint32_t tokens = 0;
+  std::int32_t band = 0;
 };
 
 RoutingOptions property_options(RoutingPolicy policy) {
@@ -48,6 +52,10 @@ RoutingOptions property_options(RoutingPolicy policy) {
   o.fair_share_slack_tokens = 2000;
   o.tenant_weights = {{"b", 2.0}};
   o.hold_margin = 0.1;
+  // Short and small, so that reserves come, go and hit their cap often.
+  o.reserve_margin = 0.5;
+  o.reserve_prompts = 3;
+  o.reserve_window = std::chrono::seconds(60);
   return o;
 }
 
@@ -162,7 +170,10 @@ struct Harness {
     }
     info.exclude = r.exclude;
     info.group = r.group;
+    info.band = *r.priority;
     const bool sheddable = r.sheddable;
+    band_admitted[info.band] = now;
+    told = now;
     Scheduler::Admission a = s.admit(w, kModel, at_seconds(now), std::move(r));
     switch (a.outcome) {
       case Outcome::granted:
@@ -197,6 +208,7 @@ struct Harness {
       const WaiterId w = it->first;
       Info info{.tokens = 1000};
       unbind(w);
+      told = now;
       take(s.complete(w, at_seconds(now), report(info)));
     } else if (op < 65) {
       if (bound.empty()) {
@@ -207,6 +219,7 @@ struct Harness {
       // The old API ends the replica's oldest binding.
       const ReplicaId r = it->second;
       unbind(on_replica[r].front());
+      told = now;
       take(s.release(r, at_seconds(now)));
     } else if (op < 73) {
       if (!queued.empty() && pick(4) != 0) {
@@ -241,6 +254,7 @@ struct Harness {
       if (!wake || *wake > at_seconds(now)) {
         return;
       }
+      told = now;
       take(s.tick(at_seconds(now)));
     }
     auto wake = s.next_wakeup();
@@ -263,6 +277,12 @@ struct Harness {
     ASSERT_EQ(total, bound.size());
     ASSERT_EQ(s.queue_depth(kModel), queued.size());
     std::uint32_t held = 0;
+    std::map<std::int32_t, std::vector<ReplicaId>> reserved;
+    for (const auto& [w, info] : queued) {
+      if (!reserved.contains(info.band)) {
+        ASSERT_NO_FATAL_FAILURE(check_reserve(info.band, reserved[info.band]));
+      }
+    }
     for (const auto& [w, info] : queued) {
       // The starvation bound.
       ASSERT_LE(s.overtaken(w), options.max_overtakes) << "waiter " << w;
@@ -270,9 +290,16 @@ struct Harness {
         ++held;
         continue;
       }
-      // Work conservation: nobody waits while a slot it may use is free, unless held.
+      // Work conservation: nobody waits while a slot it may use is free, unless held or the
+      // replica is reserved for a higher band.
+      const std::vector<ReplicaId>& kept = reserved.at(info.band);
       for (ReplicaId r = 1; r <= kReplicas; ++r) {
-        ASSERT_FALSE(can_use_now(info, r)) << "waiter " << w << " could use replica " << r;
+        if (std::find(kept.begin(), kept.end(), r) != kept.end()) {
+          reserve_blocks += can_use_now(info, r) ? 1 : 0;
+          continue;
+        }
+        ASSERT_FALSE(can_use_now(info, r))
+            << "waiter " << w << " could use replica " << r << " (band " << info.band << ")";
       }
     }
     ASSERT_LE(held, busy_routable) << "more held waiters than busy slots";
@@ -280,6 +307,31 @@ struct Harness {
       ASSERT_EQ(held, 0u);
     }
     ASSERT_LE(s.prompt_cache().bytes_used(), kBudget);
+  }
+
+  // What the scheduler keeps from a band: free replicas only, at most half of those that serve,
+  // and only while a higher band was admitted within the reserve window (of the scheduler's
+  // clock: the last time it was told).
+  void check_reserve(std::int32_t band, std::vector<ReplicaId>& kept) {
+    kept = s.reserved(kModel, band);
+    if (kept.empty()) {
+      return;
+    }
+    ASSERT_EQ(options.policy, RoutingPolicy::expected_finish) << "least_loaded keeps nothing";
+    std::uint32_t serving = 0;
+    for (ReplicaId r = 1; r <= kReplicas; ++r) {
+      serving += s.routable(r) && s.slots(r) > 0 ? 1 : 0;
+    }
+    ASSERT_LE(kept.size(), serving / 2) << "band " << band;
+    for (ReplicaId r : kept) {
+      ASSERT_TRUE(s.routable(r) && s.in_flight(r) < s.slots(r)) << "kept replica " << r;
+    }
+    const double window = std::chrono::duration<double>(options.reserve_window).count();
+    bool higher_recent = false;
+    for (const auto& [b, t] : band_admitted) {
+      higher_recent = higher_recent || (b > band && t > told - window);
+    }
+    ASSERT_TRUE(higher_recent) << "band " << band << " kept out with no higher band recent";
   }
 
   void drain() {
@@ -317,6 +369,9 @@ struct Harness {
   std::map<std::string, std::uint32_t> limits;
   std::size_t late_grants = 0;
   std::size_t refusals = 0;
+  std::map<std::int32_t, double> band_admitted;  // the last admission of each band
+  double told = 0;                               // the latest time the scheduler was told
+  std::size_t reserve_blocks = 0;                // a waiter that could have used a reserved replica
 };
 
 void run_property(std::uint32_t seed, RoutingPolicy policy, bool vary) {
@@ -333,6 +388,7 @@ void run_property(std::uint32_t seed, RoutingPolicy policy, bool vary) {
   EXPECT_GT(h.refusals, 0u) << "seed " << seed;
   if (policy == RoutingPolicy::expected_finish) {
     EXPECT_GT(held_seen, 0u) << "seed " << seed << ": holds never exercised";
+    EXPECT_GT(h.reserve_blocks, 0u) << "seed " << seed << ": the reserve never kept anyone out";
   }
   ASSERT_NO_FATAL_FAILURE(h.drain());
   EXPECT_TRUE(h.queued.empty()) << "seed " << seed << ": " << h.queued.size() << " never served";

@@ -796,6 +796,12 @@ void FleetManager::update_metrics() {
   const auto& cache = scheduler_.prompt_cache();
   metrics_.set_prompt_cache(static_cast<double>(cache.blocks_held()),
                             static_cast<double>(cache.bytes_used()));
+  const auto& stats = cache.stats();
+  metrics_.set_prompt_cache_accuracy({.reports = stats.reports,
+                                      .predicted_blocks = stats.predicted_blocks,
+                                      .reported_blocks = stats.reported_blocks,
+                                      .under = stats.under,
+                                      .over = stats.over});
 }
 
 }  // namespace fg::fleet

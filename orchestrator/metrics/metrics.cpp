@@ -139,6 +139,31 @@ Metrics::Metrics()
                                     "routing.cache_budget_bytes.")
                               .Register(*registry_)
                               .Add({})),
+      prompt_cache_reports_(prometheus::BuildCounter()
+                                .Name("fleetgate_prompt_cache_reports_total")
+                                .Help("Answers whose reported cached tokens were compared with "
+                                      "the prompt-cache model's prediction.")
+                                .Register(*registry_)
+                                .Add({})),
+      prompt_cache_predicted_(prometheus::BuildCounter()
+                                  .Name("fleetgate_prompt_cache_predicted_blocks_total")
+                                  .Help("Prompt blocks the prompt-cache model expected the "
+                                        "replicas to reuse, over the compared answers.")
+                                  .Register(*registry_)
+                                  .Add({})),
+      prompt_cache_reported_(prometheus::BuildCounter()
+                                 .Name("fleetgate_prompt_cache_reported_blocks_total")
+                                 .Help("Prompt blocks the replicas reported reusing (cached "
+                                       "tokens over tokens per block), over the compared answers.")
+                                 .Register(*registry_)
+                                 .Add({})),
+      prompt_cache_mispredictions_(
+          prometheus::BuildCounter()
+              .Name("fleetgate_prompt_cache_mispredictions_total")
+              .Help("Answers that reused less than half the predicted blocks (direction under: "
+                    "the replica lost its cache, its other prompts are forgotten) or more than one "
+                    "block beyond them (over).")
+              .Register(*registry_)),
       connections_rejected_(
           prometheus::BuildCounter()
               .Name("fleetgate_connections_rejected_total")
@@ -328,6 +353,22 @@ void Metrics::set_replica_speeds(const std::string& model, const std::string& re
 void Metrics::set_prompt_cache(double blocks, double bytes) {
   prompt_cache_blocks_.Set(blocks);
   prompt_cache_bytes_.Set(bytes);
+}
+
+void Metrics::set_prompt_cache_accuracy(const PromptCacheAccuracy& totals) {
+  // Counters mirror totals kept by the scheduler: each moves by what it gained since the last
+  // scrape.
+  auto mirror = [](prometheus::Counter& counter, std::uint64_t total) {
+    const double gained = static_cast<double>(total) - counter.Value();
+    if (gained > 0) {
+      counter.Increment(gained);
+    }
+  };
+  mirror(prompt_cache_reports_, totals.reports);
+  mirror(prompt_cache_predicted_, totals.predicted_blocks);
+  mirror(prompt_cache_reported_, totals.reported_blocks);
+  mirror(prompt_cache_mispredictions_.Add({{"direction", "under"}}), totals.under);
+  mirror(prompt_cache_mispredictions_.Add({{"direction", "over"}}), totals.over);
 }
 
 void Metrics::connection_rejected(const std::string& listener, const std::string& reason) {

@@ -73,6 +73,18 @@ class Metrics {
                           double decode_tps);
   // The scheduler's prompt-cache model: blocks remembered and the bytes they cost.
   void set_prompt_cache(double blocks, double bytes);
+  // How its predictions compared with what the replicas reported (PromptCacheModel::Stats), as
+  // totals since start: answers compared, blocks predicted and reported cached over them, and
+  // answers that reused less than half the prediction (under) or more than one block beyond it
+  // (over).
+  struct PromptCacheAccuracy {
+    std::uint64_t reports = 0;
+    std::uint64_t predicted_blocks = 0;
+    std::uint64_t reported_blocks = 0;
+    std::uint64_t under = 0;
+    std::uint64_t over = 0;
+  };
+  void set_prompt_cache_accuracy(const PromptCacheAccuracy& totals);
   // Creates a configured model's series at zero, so that dashboards show 0 rather than "no
   // data" before the first event and rate() sees the first increment.
   void declare_model(const std::string& model);
@@ -130,6 +142,10 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& replica_decode_tps_;
   prometheus::Gauge& prompt_cache_blocks_;
   prometheus::Gauge& prompt_cache_bytes_;
+  prometheus::Counter& prompt_cache_reports_;
+  prometheus::Counter& prompt_cache_predicted_;
+  prometheus::Counter& prompt_cache_reported_;
+  prometheus::Family<prometheus::Counter>& prompt_cache_mispredictions_;
   prometheus::Family<prometheus::Counter>& connections_rejected_;
   prometheus::Family<prometheus::Gauge>& connections_open_;
   prometheus::Family<prometheus::Counter>& requests_refused_;

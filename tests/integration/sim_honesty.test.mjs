@@ -7,6 +7,11 @@
 // similarity, the least recently used slot, and (with --cache-ram) restoring a displaced prompt
 // from the host cache; docs/simulator.md gives the rules.
 //
+// And is the gateway right about it? The same sequence goes through a gateway in front of the
+// real llama-server: what the gateway's prompt-cache model expected the phone to reuse
+// (fleetgate_prompt_cache_predicted_blocks_total) must be what llama-server reported
+// (..._reported_blocks_total), within one block, request by request.
+//
 // Prompts are made of 4-character words (" the", " and", ...): one token each for llama.cpp's
 // tokenizer and for the simulator's 4-characters-per-token rule, so counts compare directly.
 //
@@ -21,7 +26,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import { AGENT_BIN, freePort, startAgent, stopAgent } from './lib/agent.mjs';
-import { REPO_ROOT, eventually, request } from './lib/gateway.mjs';
+import { REPO_ROOT, eventually, metricValue, request, startGateway, stopChecked } from './lib/gateway.mjs';
 
 const LLAMA_CACHE = process.env.FLEETGATE_LLAMA_CACHE || path.join(REPO_ROOT, '.cache', 'llama');
 const LLAMA_SERVER = process.env.FLEETGATE_LLAMA_SERVER || path.join(LLAMA_CACHE, 'bin', 'llama-server');
@@ -184,3 +189,68 @@ for (const host of [false, true]) {
     });
   });
 }
+
+// The gateway's belief, as its metrics say it: answers compared, blocks predicted and reported.
+async function cacheTotals(gw) {
+  const text = await gw.metrics();
+  return {
+    reports: metricValue(text, 'fleetgate_prompt_cache_reports_total'),
+    predicted: metricValue(text, 'fleetgate_prompt_cache_predicted_blocks_total'),
+    reported: metricValue(text, 'fleetgate_prompt_cache_reported_blocks_total'),
+  };
+}
+
+describe("the gateway's prompt-cache model follows llama-server's", { skip: skipReason ?? false }, () => {
+  let llama;
+  let gw;
+  before(async () => {
+    llama = await startLlama(0);
+    gw = await startGateway({
+      routing: { policy: 'expected_finish', slot_prompt_similarity: 0.1 },
+      models: [{ name: MODEL, endpoints: [{ url: llama.base, slots: SLOTS }] }],
+      upstream: { first_byte_timeout: '60s', idle_timeout: '60s' },
+    });
+    await eventually(
+      async () => {
+        const res = await request(`${gw.adminUrl}/admin/v1/replicas`);
+        return res.status === 200 && res.json.replicas.some((r) => r.state === 'healthy');
+      },
+      { timeoutMs: 30000, everyMs: 25, what: 'the llama-server replica healthy at the gateway' },
+    );
+  });
+  after(async () => {
+    await stopChecked(gw);
+    stopProc(llama?.proc);
+  });
+
+  test('what the gateway expects cached is what llama-server reports, request by request', async (t) => {
+    let predictedCached = 0;
+    for (const [i, step] of STEPS.entries()) {
+      const before = await cacheTotals(gw);
+      const real = await complete(gw.publicUrl, step.prompt);
+      // The answer's report reaches the scheduler as the exchange ends, just after the client got it.
+      let after;
+      await eventually(async () => (after = await cacheTotals(gw)).reports === before.reports + 1, {
+        timeoutMs: 10000,
+        what: `step ${i + 1}: the gateway compared the answer's cached tokens`,
+      });
+      const predicted = after.predicted - before.predicted;
+      const reported = after.reported - before.reported;
+      t.diagnostic(
+        `step ${i + 1} (${step.why}): llama-server ${real.cached}/${real.prompt} tokens cached = ` +
+          `${reported} blocks; the gateway expected ${predicted} blocks`,
+      );
+      assert.ok(
+        Math.abs(predicted - reported) <= 1,
+        `step ${i + 1} (${step.why}): the gateway expected ${predicted} blocks cached, llama-server reported ${reported}`,
+      );
+      if (step.cached) {
+        assert.ok(predicted >= 10, `step ${i + 1} (${step.why}): the gateway should expect the prefix cached`);
+        predictedCached += 1;
+      }
+    }
+    assert.ok(predictedCached >= 3, 'the sequence has requests the gateway expects cached');
+    const misses = metricValue(await gw.metrics(), 'fleetgate_prompt_cache_mispredictions_total', { direction: 'under' });
+    assert.equal(misses, 0, 'no answer reused less than half of what the gateway expected');
+  });
+});

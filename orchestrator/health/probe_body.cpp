@@ -1,5 +1,6 @@
 #include "orchestrator/health/probe_body.hpp"
 
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -51,10 +52,39 @@ std::optional<std::uint64_t> read_count(const nlohmann::json& doc, const char* k
   return std::nullopt;
 }
 
+// Every key parse_probe_body reads, quoted as it must appear in a body that has it.
+constexpr std::array<std::string_view, 8> kKeysRead = {"\"model\"",
+                                                       "\"data\"",
+                                                       "\"slots_total\"",
+                                                       "\"slots_idle\"",
+                                                       "\"prefill_tps\"",
+                                                       "\"decode_tps\"",
+                                                       "\"host_prompt_cache_tokens\"",
+                                                       "\"engine_starts\""};
+
+// Whether the body can say anything parse_probe_body reads. A key is spelt either literally or
+// with a backslash escape, so a body with neither says nothing and need not be parsed:
+// llama-server's {"status":"ok"} is every probe of a fleet of plain servers, and its nlohmann
+// nlohmann parse allocates and scans only to find nothing.
+bool may_name_a_key(std::string_view body) {
+  if (body.find('\\') != std::string_view::npos) {
+    return true;
+  }
+  for (std::string_view key : kKeysRead) {
+    if (body.find(key) != std::string_view::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 ProbeBody parse_probe_body(std::string_view body, std::string_view expected_model) {
   ProbeBody out;
+  if (!may_name_a_key(body)) {
+    return out;
+  }
   const nlohmann::json doc = parse_network_json(body);
   if (!doc.is_object()) {
     return out;
@@ -107,6 +137,38 @@ ProbeBody parse_probe_body(std::string_view body, std::string_view expected_mode
     out.served += ", ... (" + std::to_string(ids.size()) + " models)";
   }
   return out;
+}
+
+}  // namespace fg::health
+
+namespace fg::health {
+
+ProbeOutcome judge_answer(unsigned status, std::string_view body, std::string_view expected_model) {
+  ProbeOutcome outcome;
+  const bool loading = status == 503 && (body.find("Loading model") != std::string_view::npos ||
+                                         body.find("\"loading\"") != std::string_view::npos);
+  if (status != 200 && !loading) {
+    outcome.result = ProbeResult::fail;
+    outcome.error = "HTTP " + std::to_string(status);
+    return outcome;
+  }
+  const ProbeBody facts = parse_probe_body(body, expected_model);
+  outcome.model = facts.model;
+  if (facts.model == ModelCheck::mismatch) {
+    outcome.result = ProbeResult::fail;
+    outcome.error = "serves model " + facts.served + ", not " + std::string(expected_model);
+    return outcome;
+  }
+  outcome.result = loading ? ProbeResult::loading : ProbeResult::pass;
+  if (!loading) {
+    outcome.slots_total = facts.slots_total;
+    outcome.slots_idle = facts.slots_idle;
+    outcome.prefill_tps = facts.prefill_tps;
+    outcome.decode_tps = facts.decode_tps;
+    outcome.host_prompt_cache_tokens = facts.host_prompt_cache_tokens;
+    outcome.engine_starts = facts.engine_starts;
+  }
+  return outcome;
 }
 
 }  // namespace fg::health

@@ -144,6 +144,7 @@ class Metrics {
   std::unordered_map<std::string, ModelSeries> per_model_;
   std::unordered_map<std::string, prometheus::Counter*> requests_by_key_;
   std::unordered_map<std::string, prometheus::Counter*> tokens_by_key_;
+  std::unordered_map<std::string, prometheus::Histogram*> health_by_replica_;
   std::map<std::string, ModelTotals> totals_;
 };
 

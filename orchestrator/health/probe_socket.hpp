@@ -1,0 +1,79 @@
+#pragma once
+
+// Plain-TCP probe connections kept outside the event loop (Linux sockets, no Asio), so that an
+// arriving answer wakes nobody: the health checker sends on them and reads what arrived at its
+// own wake-ups, without waiting (HealthChecker, ProbeFlight).
+//
+// Why: Asio watches every socket it owns for input (edge-triggered epoll, from the moment the
+// socket is opened, whether or not a read is pending), so each answer on an Asio socket wakes the
+// io thread when it sleeps. 5,000 replicas every 5 s are 1,000 answers a second, which on this
+// Firecracker VM cost more in context switches than the probes' own work.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace fg::health {
+
+// One connected socket (its descriptor, owned: closed on destruction).
+class ProbeSocket {
+ public:
+  ProbeSocket() = default;
+  explicit ProbeSocket(int fd) : fd_(fd) {}
+  ProbeSocket(ProbeSocket&& other) noexcept : fd_(other.release()) {}
+  ProbeSocket& operator=(ProbeSocket&& other) noexcept;
+  ProbeSocket(const ProbeSocket&) = delete;
+  ProbeSocket& operator=(const ProbeSocket&) = delete;
+  ~ProbeSocket() { close(); }
+
+  bool is_open() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  void close();
+
+  // Sends all of bytes now, or fails: a request that does not fit at once (the replica does not
+  // read what it was sent) counts as a failed write.
+  bool send_now(std::string_view bytes);
+
+  struct Received {
+    std::size_t bytes = 0;
+    bool would_block = false;  // nothing has arrived
+    bool eof = false;          // the replica closed the connection
+    bool error = false;        // a reset or another error
+    // When the kernel received the last of these bytes (CLOCK_REALTIME, ns), if it said.
+    std::optional<std::int64_t> arrived_unix_ns;
+  };
+  // Reads what has arrived, without waiting.
+  Received receive_now(std::span<char> buffer);
+
+ private:
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  int fd_ = -1;
+};
+
+// The probe sockets watched for input: one epoll set, asked without waiting.
+class ProbePoller {
+ public:
+  ProbePoller();  // throws std::system_error when no epoll set can be made
+  ~ProbePoller();
+  ProbePoller(const ProbePoller&) = delete;
+  ProbePoller& operator=(const ProbePoller&) = delete;
+
+  // Watches the socket for input (bytes, its close, an error) under key, and turns on receive
+  // timestamps for it. False when either fails. Closing the socket ends the watch.
+  bool add(const ProbeSocket& socket, std::uint64_t key);
+  // Fills keys with those of watched sockets that have input now, at most kBatch; returns how
+  // many. A socket stays ready until its input is read or it is closed, so a caller that got a
+  // full batch reads those and asks again.
+  static constexpr std::size_t kBatch = 256;
+  std::size_t ready(std::span<std::uint64_t> keys);
+
+ private:
+  int epoll_fd_ = -1;
+};
+
+}  // namespace fg::health

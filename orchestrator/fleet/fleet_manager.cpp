@@ -198,6 +198,11 @@ Clock::time_point FleetManager::next_probe_at(const Replica& replica, Clock::tim
 
 // What the agent's /health says that routing learns from (docs/routing.md, "Integration").
 void FleetManager::pass_on_routing_facts(Replica& replica, const health::ProbeOutcome& outcome) {
+  // Most probes (every plain server's) carry none of these facts: no scheduler lookup then.
+  if (!outcome.prefill_tps && !outcome.decode_tps && !outcome.host_prompt_cache_tokens &&
+      !outcome.engine_starts) {
+    return;
+  }
   if (!scheduler_.has_replica(replica.id)) {
     return;
   }
@@ -229,7 +234,10 @@ void FleetManager::on_probe(Replica& replica, const health::ProbeOutcome& outcom
   replica.last_probe = std::chrono::system_clock::now();
   replica.last_probe_seconds = outcome.seconds;
   if (config().metrics.per_replica) {
-    metrics_.health_check(replica.name, outcome.seconds);
+    if (replica.health_check_series == nullptr) {
+      replica.health_check_series = &metrics_.health_check_series(replica.name);
+    }
+    replica.health_check_series->Observe(outcome.seconds);
   }
   const bool wrong_model = outcome.model == health::ModelCheck::mismatch;
   if (wrong_model && replica.last_probe_error != outcome.error) {
@@ -391,6 +399,7 @@ void FleetManager::finish_removal(ReplicaId id) {
   }
   log::info("replica removed", {{"replica", replica->name}, {"model", replica->model}});
   metrics_.forget_replica(replica->model, replica->name);
+  replica->health_check_series = nullptr;
   registry_.remove(id);
   write_sd_file();
   scheduler_.remove_replica(id);

@@ -81,9 +81,11 @@ bool ProbePoller::add(const ProbeSocket& socket, std::uint64_t key) {
   if (::setsockopt(socket.fd(), SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on)) != 0) {
     return false;
   }
-  // Level-triggered: a socket with input stays ready until it is read or closed.
+  // Edge-triggered: a socket is reported once per arrival, and the checker reads each one it is
+  // told about until a short read or closes it. Level-triggered, every reported socket was
+  // polled again at the next epoll_wait (perf: epoll was 9% of the probing CPU; ~4% so).
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = key;
   return ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, socket.fd(), &ev) == 0;
 }

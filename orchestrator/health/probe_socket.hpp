@@ -66,9 +66,9 @@ class ProbePoller {
   // Watches the socket for input (bytes, its close, an error) under key, and turns on receive
   // timestamps for it. False when either fails. Closing the socket ends the watch.
   bool add(const ProbeSocket& socket, std::uint64_t key);
-  // Fills keys with those of watched sockets that have input now, at most kBatch; returns how
-  // many. A socket stays ready until its input is read or it is closed, so a caller that got a
-  // full batch reads those and asks again.
+  // Fills keys with those of watched sockets that received input since they were last reported,
+  // at most kBatch; returns how many. Each is reported once per arrival (edge-triggered), so the
+  // caller must read it until a short read (or close it); a full batch means more may wait.
   static constexpr std::size_t kBatch = 256;
   std::size_t ready(std::span<std::uint64_t> keys);
 

@@ -301,16 +301,10 @@ void Metrics::replica_state_change(const std::string& model, const std::string& 
   state_changes_.Add({{"model", model}, {"to", to}}).Increment();
 }
 
-void Metrics::health_check(const std::string& replica, double seconds) {
+prometheus::Histogram& Metrics::health_check_series(const std::string& replica) {
   static const prometheus::Histogram::BucketBoundaries kBuckets{0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                                                 0.5,   1,    2.5,   5,    10};
-  // Looked up by label once per replica: Family::Add builds and hashes a label map under a lock,
-  // for every one of the fleet's probes.
-  auto [it, added] = health_by_replica_.try_emplace(replica, nullptr);
-  if (added) {
-    it->second = &health_check_.Add({{"replica", replica}}, kBuckets);
-  }
-  it->second->Observe(seconds);
+  return health_check_.Add({{"replica", replica}}, kBuckets);
 }
 
 void Metrics::replica_request(const std::string& model, const std::string& replica,
@@ -416,7 +410,6 @@ void Metrics::forget_replica(const std::string& model, const std::string& replic
     }
     replica_outcomes_.erase(it);
   }
-  health_by_replica_.erase(replica);
   if (health_check_.Has({{"replica", replica}})) {
     static const prometheus::Histogram::BucketBoundaries kNone{};
     health_check_.Remove(&health_check_.Add({{"replica", replica}}, kNone));

@@ -78,6 +78,40 @@ TEST(ProbeSchedule, SetMovesAndRemoveForgets) {
   EXPECT_FALSE(s.next_wake());
 }
 
+TEST(ProbeSchedule, AnIdRemovedAndSetAgainGoesOnlyAtItsNewTime) {
+  ProbeSchedule s;
+  s.set(1, at_ms(100));
+  s.remove(1);
+  s.set(1, at_ms(900));
+  EXPECT_EQ(*s.next_wake(), at_ms(900));
+  EXPECT_EQ(s.take_due(at_ms(500)), Ids{});
+  EXPECT_EQ(s.take_due(at_ms(1000)), (Ids{1}));
+  EXPECT_EQ(s.take_due(at_ms(2000)), Ids{});
+}
+
+TEST(ProbeSchedule, AnIdMovedManyTimesGoesOnceAtItsLastTime) {
+  ProbeSchedule s;
+  for (int i = 0; i < 1000; ++i) {
+    s.set(1, at_ms(10'000 - i));  // earlier each time: every old entry stays behind, stale
+    s.set(2, at_ms(20'000 + i));  // later each time: the stale ones are on top
+  }
+  EXPECT_EQ(s.size(), 2u);
+  EXPECT_EQ(*s.next_wake(), at_ms(9001));
+  EXPECT_EQ(s.take_due(at_ms(9000)), Ids{});
+  EXPECT_EQ(s.take_due(at_ms(15'000)), (Ids{1}));
+  EXPECT_EQ(*s.next_wake(), at_ms(20'999));
+  EXPECT_EQ(s.take_due(at_ms(30'000)), (Ids{2}));
+  EXPECT_FALSE(s.next_wake());
+}
+
+TEST(ProbeSchedule, EqualTimesGoInIdOrder) {
+  ProbeSchedule s;
+  s.set(3, at_ms(100));
+  s.set(1, at_ms(100));
+  s.set(2, at_ms(100));
+  EXPECT_EQ(s.take_due(at_ms(100)), (Ids{1, 2, 3}));
+}
+
 // 5,000 replicas every 5 s with ±10% jitter: the figure the batching is for. Driving the schedule
 // as the tick loop does (sleep until next_wake, take what is due, reschedule each probe one
 // interval after it went), it wakes about 10 times a second, every probe goes within 100 ms

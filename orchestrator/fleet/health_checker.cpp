@@ -65,9 +65,13 @@ void HealthChecker::watch(std::shared_ptr<Replica> replica) {
   }
   const ReplicaId id = replica->id;
   replica->stop_probe = [this, id] { forget(id); };
-  probed_[id].replica = std::move(replica);
+  auto [it, added] = probed_.try_emplace(id);
+  if (added) {
+    it->second.slot = schedule_.add(id);
+  }
+  it->second.replica = std::move(replica);
   const auto now = Clock::now();
-  schedule_.set(id, now);
+  schedule_.set(it->second.slot, now);
   if (!started_) {
     started_ = true;
     net::spawn_logged(executor_, tick_loop(this), "probe ticks");
@@ -84,8 +88,10 @@ void HealthChecker::forget(ReplicaId id) {
   // Replica::stop_probe (which runs this) stays set: it must not be destroyed while it runs, and
   // a second call finds nothing. A coroutine still working on it finds the entry gone; a probe
   // in flight on its socket ends with the socket (closed here).
-  schedule_.remove(id);
-  probed_.erase(id);
+  if (auto it = probed_.find(id); it != probed_.end()) {
+    schedule_.remove(it->second.slot);
+    probed_.erase(it);
+  }
 }
 
 void HealthChecker::wake_if_before(Clock::time_point due) {
@@ -102,7 +108,7 @@ const config::HealthConfig& HealthChecker::health_of(const Replica& replica) con
 
 void HealthChecker::schedule_next(Probed& probed, Clock::time_point last) {
   const auto due = hooks_.next_probe_at(*probed.replica, last);
-  schedule_.set(probed.replica->id, due, health::ProbeSchedule::allowed_early(due - last));
+  schedule_.set(probed.slot, due, health::ProbeSchedule::allowed_early(due - last));
   wake_if_before(due);
 }
 
@@ -225,13 +231,13 @@ void HealthChecker::on_due(ReplicaId id, Clock::time_point now) {
   }
   Probed& probed = it->second;
   if (probed.replica->removed) {
-    probed_.erase(it);
+    forget(id);
     return;
   }
   if (probed.flight) {
     // Its answer was not among those just read: look again later, or it timed out.
     if (auto look = probed.flight->next_look(now)) {
-      schedule_.set(id, *look);
+      schedule_.set(probed.slot, *look);
       return;
     }
     finish(id, failed("timeout", now - probed.flight->sent), now, false);
@@ -275,7 +281,7 @@ void HealthChecker::send(ReplicaId id, Probed& probed, Clock::time_point started
     finish(id, failed("timeout", now - started), now, false);
     return;
   }
-  schedule_.set(id, *look);
+  schedule_.set(probed.slot, *look);
   wake_if_before(*look);
 }
 
@@ -295,7 +301,7 @@ void HealthChecker::finish(ReplicaId id, health::ProbeOutcome outcome, Clock::ti
     return;
   }
   if (probed.replica->removed) {
-    probed_.erase(it);
+    forget(id);
     return;
   }
   // Held here: the outcome may remove the replica (and so forget it).

@@ -54,9 +54,10 @@ class HealthChecker {
  private:
   struct Probed {
     std::shared_ptr<Replica> replica;
-    health::ProbeSocket socket;       // http: kept alive, read at the checker's wake-ups
-    std::unique_ptr<net::Conn> conn;  // https: kept alive, read by its probe's coroutine
-    std::string request;              // the probe's bytes, built for request_path
+    health::ProbeSchedule::Slot slot = 0;  // its place in schedule_
+    health::ProbeSocket socket;            // http: kept alive, read at the checker's wake-ups
+    std::unique_ptr<net::Conn> conn;       // https: kept alive, read by its probe's coroutine
+    std::string request;                   // the probe's bytes, built for request_path
     std::string request_path;
     std::optional<health::ProbeFlight> flight;  // sent on socket, answer not read yet
     std::string partial;  // an answer's first bytes, when it arrives in pieces

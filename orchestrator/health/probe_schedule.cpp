@@ -12,12 +12,7 @@ bool ProbeSchedule::later(const Entry& a, const Entry& b) {
   return a.due != b.due ? a.due > b.due : a.id > b.id;
 }
 
-bool ProbeSchedule::live(const Entry& e) const {
-  auto it = slots_.find(e.id);
-  return it != slots_.end() && it->second.scheduled && it->second.version == e.version;
-}
-
-void ProbeSchedule::push(Entry e) {
+void ProbeSchedule::push(const Entry& e) {
   heap_.push_back(e);
   std::push_heap(heap_.begin(), heap_.end(), later);
 }
@@ -39,32 +34,38 @@ void ProbeSchedule::tidy() {
   }
 }
 
-void ProbeSchedule::set(Id id, TimePoint due, Duration early) {
-  Slot& slot = slots_[id];
-  if (!slot.scheduled) {
-    slot.scheduled = true;
+ProbeSchedule::Slot ProbeSchedule::add(Id id) {
+  Slot slot;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+  } else {
+    slot = static_cast<Slot>(slots_.size());
+    slots_.emplace_back();
+  }
+  slots_[slot] = SlotState{id, 0, false};
+  return slot;
+}
+
+void ProbeSchedule::set(Slot slot, TimePoint due, Duration early) {
+  SlotState& s = slots_[slot];
+  if (!s.scheduled) {
+    s.scheduled = true;
     ++scheduled_;
   }
-  slot.version = ++versions_;
-  push(Entry{due, std::clamp(early, Duration::zero(), kMaxEarly), id, slot.version});
+  s.version = ++versions_;
+  push(Entry{due, std::clamp(early, Duration::zero(), kMaxEarly), s.id, s.version, slot});
   tidy();
 }
 
-void ProbeSchedule::remove(Id id) {
-  auto it = slots_.find(id);
-  if (it == slots_.end()) {
-    return;
-  }
-  if (it->second.scheduled) {
+void ProbeSchedule::remove(Slot slot) {
+  SlotState& s = slots_[slot];
+  if (s.scheduled) {
     --scheduled_;
   }
-  slots_.erase(it);
+  s = SlotState{};
+  free_.push_back(slot);
   tidy();
-}
-
-bool ProbeSchedule::contains(Id id) const {
-  auto it = slots_.find(id);
-  return it != slots_.end() && it->second.scheduled;
 }
 
 std::optional<ProbeSchedule::TimePoint> ProbeSchedule::next_wake() const {
@@ -85,7 +86,7 @@ std::vector<ProbeSchedule::Id> ProbeSchedule::take_due(TimePoint now) {
     }
     if (e.due - e.early <= now) {
       out.push_back(e.id);
-      slots_[e.id].scheduled = false;
+      slots_[e.slot].scheduled = false;
       --scheduled_;
     } else {
       not_yet.push_back(e);

@@ -19,7 +19,6 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 namespace fg::health {
@@ -29,53 +28,65 @@ class ProbeSchedule {
   using Id = std::uint64_t;
   using TimePoint = std::chrono::steady_clock::time_point;
   using Duration = std::chrono::steady_clock::duration;
+  // Where an id's moment is kept, from add() to remove(): the caller keeps it beside the id.
+  using Slot = std::uint32_t;
 
   static constexpr Duration kMaxEarly = std::chrono::milliseconds(100);
 
   // How early a probe due `interval` after the last may go: min(kMaxEarly, interval / 10).
   static Duration allowed_early(Duration interval);
 
-  // Schedules (or moves) id's next moment at due; it may be taken from due - early on.
-  void set(Id id, TimePoint due, Duration early = Duration::zero());
-  void remove(Id id);
-  bool contains(Id id) const;
+  // A new id to schedule (nothing scheduled yet), and the slot that stands for it.
+  Slot add(Id id);
+  // Schedules (or moves) the slot's next moment at due; it may be taken from due - early on.
+  void set(Slot slot, TimePoint due, Duration early = Duration::zero());
+  // Forgets the slot (and its moment); it may be handed out again by add().
+  void remove(Slot slot);
+  bool scheduled(Slot slot) const { return slots_[slot].scheduled; }
   std::size_t size() const { return scheduled_; }
 
   // When to wake next: the earliest due time, nullopt when nothing is scheduled.
   std::optional<TimePoint> next_wake() const;
 
-  // Removes and returns, in due order, every id whose moment may be taken at now
-  // (due - early <= now).
+  // Removes and returns, in due order (then id order), the id of every slot whose moment may be
+  // taken at now (due - early <= now).
   std::vector<Id> take_due(TimePoint now);
 
  private:
-  // A binary min-heap of (due, id) in a vector. Moving or removing an id leaves its old entry in
-  // place, stale (its version is no longer the id's), and it is dropped when it reaches the top.
-  // Every probe moves its replica twice (its look, its next probe): with std::map nodes that was
-  // four allocations and frees per probe, ~2,000 of the ~7,800 instructions of a probe's user
-  // space work (callgrind, 5,000 replicas); the heap allocates nothing once grown.
+  // A binary min-heap of (due, id) in a vector. Moving or removing a slot's moment leaves its old
+  // entry in place, stale (its version is no longer the slot's), and it is dropped when it
+  // reaches the top. Every probe moves its replica twice (its look, its next probe): std::map
+  // and hash nodes cost four allocations and frees per probe, and the hash lookups of an id
+  // missed the cache at 5,000 replicas (perf); slots are a vector, the heap allocates nothing
+  // once grown.
   struct Entry {
     TimePoint due;
     Duration early;
     Id id;
     std::uint64_t version;
+    Slot slot;
   };
-  struct Slot {
+  struct SlotState {
+    Id id = 0;
     std::uint64_t version = 0;
     bool scheduled = false;
   };
   static bool later(const Entry& a, const Entry& b);
-  bool live(const Entry& e) const;
-  void push(Entry e);
+  bool live(const Entry& e) const {
+    const SlotState& s = slots_[e.slot];
+    return s.scheduled && s.version == e.version;
+  }
+  void push(const Entry& e);
   Entry pop();
   // Keeps the top live (so next_wake() is exact), and the heap at most about twice the live
   // entries (stale ones far in the future would otherwise wait there until their time).
   void tidy();
 
   std::vector<Entry> heap_;
-  std::unordered_map<Id, Slot> slots_;
+  std::vector<SlotState> slots_;
+  std::vector<Slot> free_;
   std::size_t scheduled_ = 0;
-  // One counter for every id, so that an id removed and set again never revives an old entry.
+  // One counter for every slot, so that a slot handed out again never revives an old entry.
   std::uint64_t versions_ = 0;
 };
 

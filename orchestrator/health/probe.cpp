@@ -84,6 +84,11 @@ asio::awaitable<ProbeOutcome> probe_once(const net::Url* url, const std::string*
     return outcome;
   };
 
+  if (*conn && (*conn)->input_pending()) {
+    // The replica closed its keep-alive connection since the last probe (or sent bytes nobody
+    // asked for): a probe sent on it would fail for nothing. One poll, no wait.
+    conn->reset();
+  }
   if (!*conn || !(*conn)->is_open()) {
     auto connected = co_await net::connect_to(*url, tls, timeout);
     if (!connected.conn) {

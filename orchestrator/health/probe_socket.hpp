@@ -64,7 +64,8 @@ class ProbePoller {
   ProbePoller& operator=(const ProbePoller&) = delete;
 
   // Watches the socket for input (bytes, its close, an error) under key, and turns on receive
-  // timestamps for it. False when either fails. Closing the socket ends the watch.
+  // timestamps for it (where the kernel has them). False when it cannot be watched. Closing the
+  // socket ends the watch.
   bool add(const ProbeSocket& socket, std::uint64_t key);
   // Fills keys with those of watched sockets that received input since they were last reported,
   // at most kBatch; returns how many. Each is reported once per arrival (edge-triggered), so the

@@ -2,13 +2,14 @@
 // with no client error, then it recovers and receives traffic again (time to eject and time to
 // route to it again are printed); active probes alone catch a dead replica; a hanging replica does
 // not stall the fleet; a probe timing out never cuts the replica's in-flight requests; the last
-// healthy replica is never ejected on traffic failures alone.
+// healthy replica is never ejected on traffic failures alone; a replica that closes idle
+// keep-alive connections is never failed by its probes.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import { startFakeReplica } from './lib/fake_replica.mjs';
-import { eventually, startGateway } from './lib/gateway.mjs';
+import { eventually, makeTempDir, makeTestCerts, removeDir, startGateway } from './lib/gateway.mjs';
 import {
   FAST_HEALTH, Load, TOKEN_ENV, chat, failEverything, figure, hangEverything, heal, replicaByUrl, served, setProbe,
   stateChanges, waitForState, waitForStateLog,
@@ -366,3 +367,52 @@ describe('what counts as a failure', () => {
     await waitForStateLog(gw, id, 'healthy', { timeoutMs: 5000 });
   });
 });
+
+for (const scheme of ['http', 'https']) {
+  describe(`a replica that closes idle keep-alive connections (${scheme})`, () => {
+    // llama.cpp's server closes a connection idle for 5 s, and probes come every 5 s (±10%): a
+    // probe must not be sent on (and failed by) a connection the replica closed since the last
+    // one. (http probes are read at the checker's ticks, https ones by a coroutine each.)
+    let certDir;
+    let fake;
+    let gw;
+
+    before(async () => {
+      let tls = null;
+      let upstream = {};
+      if (scheme === 'https') {
+        certDir = makeTempDir('fleetgate-certs-');
+        const certs = makeTestCerts(certDir);
+        tls = { key: certs.key, cert: certs.cert };
+        upstream = { ca_file: certs.caFile };
+      }
+      // Node closes a keep-alive connection about 1 s after its keepAliveTimeout (its buffer),
+      // so ~1.05 s here: probes 1.5 s apart each find the last one's connection closed.
+      fake = await startFakeReplica({ name: `idle-closer-${scheme}`, tls, keepAliveTimeoutMs: 50 });
+      gw = await startGateway({
+        admin: { token_env: 'FG_IT_ADMIN_TOKEN' },
+        log: { level: 'debug' },
+        health: { ...FAST_HEALTH, interval: '1500ms', timeout: '1s' },
+        models: [{ name: 'm', slots: 1, endpoints: [fake.url] }],
+        upstream,
+      }, { env: TOKEN_ENV });
+    });
+
+    after(async () => {
+      await gw?.stop();
+      await fake?.close();
+      if (certDir) {
+        removeDir(certDir);
+      }
+    });
+
+    test('is never failed by its probes: each one after such a close connects anew', async () => {
+      await fake.waitFor((f) => f.probes.length >= 6, { timeoutMs: 30000, what: '6 probes' });
+      // Every probe found the connection of the one before closed.
+      assert.ok(fake.connections >= 5, `${fake.connections} connections for ${fake.probes.length} probes`);
+      const failed = gw.logs.filter((l) => l.msg === 'probe failed');
+      assert.deepEqual(failed.map((l) => l.error), [], 'no probe failed');
+      assert.equal((await replicaByUrl(gw, fake.url)).state, 'healthy');
+    });
+  });
+}

@@ -219,7 +219,8 @@ void HealthChecker::read_answer(ReplicaId id, Probed& probed, Clock::time_point 
     finish(id, failed("timeout", took), now, false);
     return;
   }
-  auto outcome = health::judge_answer(answer.status, body_, probed.replica->model);
+  auto outcome =
+      health::judge_answer(answer.status, body_, probed.replica->model, &probed.body_memo);
   outcome.seconds = seconds(took);
   finish(id, std::move(outcome), flight.sent + took, answer.keep_alive && !answer.extra_bytes);
 }
@@ -362,14 +363,21 @@ asio::awaitable<void> HealthChecker::probe_https(HealthChecker* self, ReplicaId 
   std::unique_ptr<net::Conn> conn = std::move(probed.conn);
   const std::string request = probed.request;
   const std::chrono::milliseconds timeout = h.timeout;
-  auto outcome = co_await health::probe_once(&replica->url, &request, &replica->model, self->tls_,
-                                             timeout, &conn);
+  const auto reply =
+      co_await health::probe_once(&replica->url, &request, self->tls_, timeout, &conn);
   it = self->probed_.find(id);
   if (it == self->probed_.end() || self->stopped_) {
     co_return;
   }
   it->second.busy = false;
   it->second.conn = std::move(conn);
+  if (!reply.answered) {
+    self->finish(id, reply.failure, Clock::now(), true);
+    co_return;
+  }
+  auto outcome =
+      health::judge_answer(reply.status, reply.body, replica->model, &it->second.body_memo);
+  outcome.seconds = reply.seconds;
   self->finish(id, std::move(outcome), Clock::now(), true);
 }
 

@@ -60,8 +60,9 @@ class HealthChecker {
     std::string request;                   // the probe's bytes, built for request_path
     std::string request_path;
     std::optional<health::ProbeFlight> flight;  // sent on socket, answer not read yet
-    std::string partial;  // an answer's first bytes, when it arrives in pieces
-    bool busy = false;    // a coroutine (connecting, an https probe) has it
+    std::string partial;              // an answer's first bytes, when it arrives in pieces
+    health::ProbeBodyMemo body_memo;  // the last body and what it said
+    bool busy = false;                // a coroutine (connecting, an https probe) has it
   };
 
   static boost::asio::awaitable<void> tick_loop(HealthChecker* self);

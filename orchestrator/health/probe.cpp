@@ -69,19 +69,18 @@ ProbeAnswer read_probe_answer(std::string_view bytes, bool eof, std::string* bod
   return answer;
 }
 
-asio::awaitable<ProbeOutcome> probe_once(const net::Url* url, const std::string* request,
-                                         const std::string* expected_model, asio::ssl::context* tls,
-                                         std::chrono::milliseconds timeout,
-                                         std::unique_ptr<net::Conn>* conn) {
-  ProbeOutcome outcome;
+asio::awaitable<ProbeReply> probe_once(const net::Url* url, const std::string* request,
+                                       asio::ssl::context* tls, std::chrono::milliseconds timeout,
+                                       std::unique_ptr<net::Conn>* conn) {
+  ProbeReply reply;
   const auto start = Clock::now();
   const auto deadline = start + timeout;
   auto fail = [&](std::string why) {
-    outcome.result = ProbeResult::fail;
-    outcome.error = std::move(why);
-    outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    reply.failure.result = ProbeResult::fail;
+    reply.failure.error = std::move(why);
+    reply.failure.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     conn->reset();
-    return outcome;
+    return std::move(reply);
   };
 
   if (*conn && (*conn)->input_pending()) {
@@ -104,8 +103,7 @@ asio::awaitable<ProbeOutcome> probe_once(const net::Url* url, const std::string*
   if (wec) {
     co_return fail(wec == boost::beast::error::timeout ? "timeout" : "write");
   }
-  std::string body;
-  ProbeParser parser(&body);
+  ProbeParser parser(&reply.body);
   std::string pending;  // read and not yet taken by the parser (a head split between reads)
   while (!parser.is_done()) {
     const std::size_t held = pending.size();
@@ -121,15 +119,15 @@ asio::awaitable<ProbeOutcome> probe_once(const net::Url* url, const std::string*
       co_return fail("bad response");
     }
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  reply.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (!parser.keep_alive()) {
     conn->reset();
   } else {
     c.expires_never();
   }
-  outcome = judge_answer(parser.status(), body, *expected_model);
-  outcome.seconds = seconds;
-  co_return outcome;
+  reply.answered = true;
+  reply.status = parser.status();
+  co_return reply;
 }
 
 }  // namespace fg::health

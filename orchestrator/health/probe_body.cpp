@@ -147,7 +147,23 @@ ProbeBody parse_probe_body(std::string_view body, std::string_view expected_mode
 
 namespace fg::health {
 
-ProbeOutcome judge_answer(unsigned status, std::string_view body, std::string_view expected_model) {
+const ProbeBody& ProbeBodyMemo::parse(std::string_view body, std::string_view expected_model) {
+  if (kept_ && body == body_ && expected_model == expected_model_) {
+    return facts_;
+  }
+  facts_ = parse_probe_body(body, expected_model);
+  kept_ = body.size() <= kMaxKept;
+  if (kept_) {
+    body_.assign(body);
+    expected_model_.assign(expected_model);
+  } else {
+    std::string().swap(body_);
+  }
+  return facts_;
+}
+
+ProbeOutcome judge_answer(unsigned status, std::string_view body, std::string_view expected_model,
+                          ProbeBodyMemo* memo) {
   ProbeOutcome outcome;
   const bool loading = status == 503 && (body.find("Loading model") != std::string_view::npos ||
                                          body.find("\"loading\"") != std::string_view::npos);
@@ -156,7 +172,11 @@ ProbeOutcome judge_answer(unsigned status, std::string_view body, std::string_vi
     outcome.error = "HTTP " + std::to_string(status);
     return outcome;
   }
-  const ProbeBody facts = parse_probe_body(body, expected_model);
+  ProbeBody parsed;
+  if (memo == nullptr) {
+    parsed = parse_probe_body(body, expected_model);
+  }
+  const ProbeBody& facts = memo != nullptr ? memo->parse(body, expected_model) : parsed;
   outcome.model = facts.model;
   if (facts.model == ModelCheck::mismatch) {
     outcome.result = ProbeResult::fail;

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace fg::health {
 namespace {
@@ -73,6 +75,50 @@ TEST(ProbeBody, EveryKeyReadIsReadAlone) {
   EXPECT_EQ(parse_probe_body(R"({"host_prompt_cache_tokens":7})", "m").host_prompt_cache_tokens,
             7u);
   EXPECT_EQ(parse_probe_body(R"({"engine_starts":4})", "m").engine_starts, 4u);
+}
+
+void expect_same(const ProbeBody& a, const ProbeBody& b) {
+  EXPECT_EQ(a.model, b.model);
+  EXPECT_EQ(a.served, b.served);
+  EXPECT_EQ(a.slots_total, b.slots_total);
+  EXPECT_EQ(a.slots_idle, b.slots_idle);
+  EXPECT_EQ(a.prefill_tps, b.prefill_tps);
+  EXPECT_EQ(a.decode_tps, b.decode_tps);
+  EXPECT_EQ(a.host_prompt_cache_tokens, b.host_prompt_cache_tokens);
+  EXPECT_EQ(a.engine_starts, b.engine_starts);
+}
+
+TEST(ProbeBodyMemo, SaysWhatParsingSaysForEveryBodyInTurn) {
+  const std::string big = R"({"data":[)" + std::string(5000, ' ') + R"({"id":"m"}]})";
+  const std::vector<std::pair<std::string, std::string>> probes = {
+      {R"({"model":"m","slots_total":4,"slots_idle":4})", "m"},
+      {R"({"model":"m","slots_total":4,"slots_idle":4})", "m"},  // the same: remembered
+      {R"({"model":"m","slots_total":4,"slots_idle":3})", "m"},  // changed
+      {R"({"model":"m","slots_total":4,"slots_idle":3})", "x"},  // another expected model
+      {R"({"model":"m","slots_total":4,"slots_idle":3})", "m"},
+      {big, "m"},  // over kMaxKept: parsed, not kept
+      {big, "z"},
+      {R"({"status":"ok"})", "m"},
+      {"", "m"},
+      {R"({"model":"m","slots_total":4,"slots_idle":3})", "m"},
+  };
+  ProbeBodyMemo memo;
+  for (const auto& [body, model] : probes) {
+    SCOPED_TRACE(body.substr(0, 60) + " / " + model);
+    expect_same(memo.parse(body, model), parse_probe_body(body, model));
+  }
+}
+
+TEST(ProbeAnswer, AMemoChangesNothingInTheOutcome) {
+  ProbeBodyMemo memo;
+  for (int i = 0; i < 2; ++i) {
+    auto o = judge_answer(200, R"({"model":"m","slots_total":4,"slots_idle":1})", "m", &memo);
+    EXPECT_EQ(o.result, ProbeResult::pass);
+    EXPECT_EQ(o.model, ModelCheck::match);
+    EXPECT_EQ(o.slots_idle, 1u);
+    o = judge_answer(200, R"({"model":"q"})", "m", &memo);
+    EXPECT_EQ(o.error, "serves model q, not m");
+  }
 }
 
 TEST(ProbeAnswer, A200Passes) {

@@ -198,6 +198,11 @@ Clock::time_point FleetManager::next_probe_at(const Replica& replica, Clock::tim
 
 // What the agent's /health says that routing learns from (docs/routing.md, "Integration").
 void FleetManager::pass_on_routing_facts(Replica& replica, const health::ProbeOutcome& outcome) {
+  // Most probes (every plain server's) carry none of these facts: no scheduler lookup then.
+  if (!outcome.prefill_tps && !outcome.decode_tps && !outcome.host_prompt_cache_tokens &&
+      !outcome.engine_starts) {
+    return;
+  }
   if (!scheduler_.has_replica(replica.id)) {
     return;
   }
@@ -229,7 +234,10 @@ void FleetManager::on_probe(Replica& replica, const health::ProbeOutcome& outcom
   replica.last_probe = std::chrono::system_clock::now();
   replica.last_probe_seconds = outcome.seconds;
   if (config().metrics.per_replica) {
-    metrics_.health_check(replica.name, outcome.seconds);
+    if (replica.health_check_series == nullptr) {
+      replica.health_check_series = &metrics_.health_check_series(replica.name);
+    }
+    replica.health_check_series->Observe(outcome.seconds);
   }
   const bool wrong_model = outcome.model == health::ModelCheck::mismatch;
   if (wrong_model && replica.last_probe_error != outcome.error) {
@@ -259,7 +267,13 @@ void FleetManager::on_probe(Replica& replica, const health::ProbeOutcome& outcom
     // A definite answer, not a flaky one: out of rotation at once, with the reason.
     apply(tracker_.mark_unhealthy(replica.id, outcome.error));
   }
+  // A pass changes no state of a healthy replica (the sweep takes one that stopped heartbeating
+  // out of rotation), so the heartbeat check, a walk of the registration map (~7% of the
+  // gateway's CPU probing 5,000 registered replicas, perf), is made only where it matters.
+  const bool changes_nothing =
+      outcome.result == health::ProbeResult::pass && tracker_.state(replica.id) == State::healthy;
   if (outcome.result != health::ProbeResult::fail && replica.source == Source::registration &&
+      !changes_nothing &&
       book_.missed_heartbeats(replica.id, config().registration.heartbeat_interval, now)) {
     // An agent that stopped heartbeating is not trusted again on probes alone.
     return;
@@ -284,22 +298,31 @@ void FleetManager::sweep() {
   // Read now: a reload may have replaced the configuration since the last sweep.
   const auto& reg = config().registration;
   const auto now = Clock::now();
-  for (ReplicaId id : book_.silent_for(reg.expire_after, now)) {
-    auto replica = registry_.find(id);
-    if (!replica || replica->source != Source::registration) {
-      // A static endpoint only loses its registration: the YAML keeps the endpoint.
-      if (replica) {
-        log::info("registration expired; the static endpoint stays", {{"replica", replica->name}});
-      }
-      book_.forget(id);
+  const Clock::duration missed = kMissedHeartbeats * reg.heartbeat_interval;
+  const Clock::duration expire_after = reg.expire_after;
+  // One walk of the registrations for both checks: at 5,000 registered replicas each walk was ~4%
+  // of the gateway's CPU (perf), and it ran twice a second.
+  for (ReplicaId id : book_.silent_for(std::min(expire_after, missed), now)) {
+    const Registration* registration = book_.find(id);
+    if (registration == nullptr) {
       continue;
     }
-    log::info("registration expired", {{"replica", replica->name}});
-    apply(tracker_.mark_gone(id));
-    finish_removal(id);
-  }
-  for (ReplicaId id : book_.silent_for(kMissedHeartbeats * reg.heartbeat_interval, now)) {
     auto replica = registry_.find(id);
+    if (now - registration->last_heartbeat > expire_after) {
+      if (!replica || replica->source != Source::registration) {
+        // A static endpoint only loses its registration: the YAML keeps the endpoint.
+        if (replica) {
+          log::info("registration expired; the static endpoint stays",
+                    {{"replica", replica->name}});
+        }
+        book_.forget(id);
+        continue;
+      }
+      log::info("registration expired", {{"replica", replica->name}});
+      apply(tracker_.mark_gone(id));
+      finish_removal(id);
+      continue;
+    }
     if (replica && replica->source == Source::registration) {
       apply(tracker_.mark_unhealthy(id,
                                     "missed " + std::to_string(kMissedHeartbeats) + " heartbeats"));
@@ -391,6 +414,7 @@ void FleetManager::finish_removal(ReplicaId id) {
   }
   log::info("replica removed", {{"replica", replica->name}, {"model", replica->model}});
   metrics_.forget_replica(replica->model, replica->name);
+  replica->health_check_series = nullptr;
   registry_.remove(id);
   write_sd_file();
   scheduler_.remove_replica(id);

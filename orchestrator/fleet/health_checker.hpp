@@ -1,10 +1,13 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -14,15 +17,21 @@
 #include "orchestrator/config/config.hpp"
 #include "orchestrator/fleet/registry.hpp"
 #include "orchestrator/health/probe.hpp"
+#include "orchestrator/health/probe_flight.hpp"
 #include "orchestrator/health/probe_schedule.hpp"
+#include "orchestrator/health/probe_socket.hpp"
 
 namespace fg::fleet {
 
 // The active probes: GET {url}{health.path} on a keep-alive connection per replica, at the times
-// the manager's hooks say. One tick loop (one timer) sends every probe that is due, batched by
-// health::ProbeSchedule; each probe then runs as a short coroutine of its own. The checker
-// decides nothing: each outcome goes to on_outcome. A replica is forgotten when it is removed
-// (Registry::remove calls Replica::stop_probe) or at stop().
+// the manager's hooks say. One tick loop (one timer) does all the work at its wake-ups, in this
+// order: read the answers that arrived (plain http: sockets outside the event loop, so answers
+// wake nobody; health::ProbePoller), fail the probes whose deadline passed, send every probe due
+// (batched by health::ProbeSchedule). One schedule holds every replica's next moment: its next
+// probe, or while a probe is in flight the next look for its answer (health::ProbeFlight). A
+// coroutine runs only to connect, and for https replicas, whose probes keep a coroutine each
+// (health::probe_once). The checker decides nothing: each outcome goes to on_outcome. A replica
+// is forgotten when it is removed (Registry::remove calls Replica::stop_probe) or at stop().
 class HealthChecker {
  public:
   struct Hooks {
@@ -39,22 +48,40 @@ class HealthChecker {
 
   // Starts probing the replica; its first probe goes out at the next tick (at once).
   void watch(std::shared_ptr<Replica> replica);
-  // Ends the tick loop; probes in flight finish and report nothing.
+  // Ends the tick loop; probes in flight report nothing.
   void stop();
 
  private:
   struct Probed {
     std::shared_ptr<Replica> replica;
-    std::unique_ptr<net::Conn> conn;  // kept alive between probes, reset on failure
-    bool in_flight = false;
+    health::ProbeSchedule::Slot slot = 0;  // its place in schedule_
+    health::ProbeSocket socket;            // http: kept alive, read at the checker's wake-ups
+    std::unique_ptr<net::Conn> conn;       // https: kept alive, read by its probe's coroutine
+    std::string request;                   // the probe's bytes, built for request_path
+    std::string request_path;
+    std::optional<health::ProbeFlight> flight;  // sent on socket, answer not read yet
+    std::string partial;              // an answer's first bytes, when it arrives in pieces
+    health::ProbeBodyMemo body_memo;  // the last body and what it said
+    bool busy = false;                // a coroutine (connecting, an https probe) has it
   };
 
   static boost::asio::awaitable<void> tick_loop(HealthChecker* self);
-  static boost::asio::awaitable<void> probe(HealthChecker* self, ReplicaId id);
-  void start_due(Clock::time_point now);
+  static boost::asio::awaitable<void> connect_and_send(HealthChecker* self, ReplicaId id);
+  static boost::asio::awaitable<void> probe_https(HealthChecker* self, ReplicaId id);
+  void on_wake(Clock::time_point now);
+  void read_answers(Clock::time_point now);
+  void read_answer(ReplicaId id, Probed& probed, Clock::time_point now);
+  void on_due(ReplicaId id, Clock::time_point now);
+  // Sends the probe on its connected socket; started (and started_unix_ns, the same moment on the
+  // wall clock) is when the probe began, its connect included; now is the wake-up's time.
+  void send(ReplicaId id, Probed& probed, Clock::time_point started, std::int64_t started_unix_ns,
+            Clock::time_point now);
+  // Ends the probe in flight (if any) with outcome; the connection is closed unless keep.
+  void finish(ReplicaId id, health::ProbeOutcome outcome, Clock::time_point last, bool keep);
+  const config::HealthConfig& health_of(const Replica& replica) const;
   void schedule_next(Probed& probed, Clock::time_point last);
   void forget(ReplicaId id);
-  // Wakes the tick loop when a probe is now due before the time it sleeps until.
+  // Wakes the tick loop when something is now due before the time it sleeps until.
   void wake_if_before(Clock::time_point due);
 
   boost::asio::any_io_executor executor_;
@@ -65,7 +92,13 @@ class HealthChecker {
   boost::asio::steady_timer timer_;
   Clock::time_point sleeping_until_ = Clock::time_point::max();
   health::ProbeSchedule schedule_;
+  health::ProbePoller poller_;
   std::unordered_map<ReplicaId, Probed> probed_;
+  // The configuration in force during one wake-up (read once per wake-up, not per probe).
+  std::shared_ptr<const config::Config> config_;
+  // One read buffer for every answer, and one body (answers are read one at a time).
+  std::vector<char> read_buffer_ = std::vector<char>(16 * 1024);
+  std::string body_;
   bool started_ = false;
   bool stopped_ = false;
 };

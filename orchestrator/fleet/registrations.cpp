@@ -223,6 +223,7 @@ const std::string& RegistrationBook::record(ReplicaId id, const RegistrationRequ
   Registration& r = registrations_[id];
   r.secret = keep ? std::move(*keep) : make_secret_();
   r.last_heartbeat = now;
+  heard_at(now);
   r.agent_version = request.agent_version;
   r.device = request.device;
   r.deployment_id = request.deployment_id;
@@ -246,7 +247,12 @@ SecretCheck RegistrationBook::check(ReplicaId id, std::string_view presented_sec
 void RegistrationBook::heartbeat(ReplicaId id, Clock::time_point now) {
   if (auto it = registrations_.find(id); it != registrations_.end()) {
     it->second.last_heartbeat = now;
+    heard_at(now);
   }
+}
+
+void RegistrationBook::heard_at(Clock::time_point t) {
+  heard_since_ = heard_since_ ? std::min(*heard_since_, t) : t;
 }
 
 void RegistrationBook::forget(ReplicaId id) {
@@ -260,13 +266,19 @@ bool RegistrationBook::missed_heartbeats(ReplicaId id, Clock::duration heartbeat
 }
 
 std::vector<ReplicaId> RegistrationBook::silent_for(Clock::duration silence,
-                                                    Clock::time_point now) const {
+                                                    Clock::time_point now) {
   std::vector<ReplicaId> out;
+  if (!heard_since_ || now - *heard_since_ <= silence) {
+    return out;  // every last heartbeat is at or after heard_since_: none is that old
+  }
+  std::optional<Clock::time_point> oldest;
   for (const auto& [id, r] : registrations_) {
     if (now - r.last_heartbeat > silence) {
       out.push_back(id);
     }
+    oldest = oldest ? std::min(*oldest, r.last_heartbeat) : r.last_heartbeat;
   }
+  heard_since_ = oldest;
   return out;
 }
 

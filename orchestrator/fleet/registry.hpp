@@ -16,6 +16,10 @@
 #include "orchestrator/health/probe_body.hpp"
 #include "orchestrator/scheduling/scheduler.hpp"
 
+namespace prometheus {
+class Histogram;
+}
+
 namespace fg::fleet {
 
 using scheduling::ReplicaId;
@@ -57,6 +61,9 @@ struct Replica {
   // and since when.
   std::string state_reason;
   Clock::time_point state_since = Clock::now();
+
+  // Its probe-duration histogram, looked up once (Metrics::health_check_series).
+  prometheus::Histogram* health_check_series = nullptr;
 
   // The probe loop's timer, so that removal can wake it (and so end it) at once.
   std::function<void()> stop_probe;

@@ -2,35 +2,94 @@
 
 #include <boost/beast/http/error.hpp>
 
-#include "common/net/http_io.hpp"
-
 namespace fg::health {
 
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-constexpr std::size_t kMaxProbeBody = 64 * 1024;
+std::string probe_request(const net::Url& url, std::string_view path,
+                          std::string_view authorization) {
+  std::string request = "GET ";
+  request.append(url.path_prefix).append(path).append(" HTTP/1.1\r\nHost: ");
+  request.append(url.host_header()).append("\r\nUser-Agent: fleetgate-health\r\nAccept: */*\r\n");
+  if (!authorization.empty()) {
+    request.append("Authorization: ").append(authorization).append("\r\n");
+  }
+  request.append("\r\n");
+  return request;
 }
 
-asio::awaitable<ProbeOutcome> probe_once(net::Url url, std::string path, std::string expected_model,
-                                         asio::ssl::context* tls, std::chrono::milliseconds timeout,
-                                         std::string authorization,
-                                         std::unique_ptr<net::Conn>* conn) {
-  ProbeOutcome outcome;
+ProbeParser::ProbeParser(std::string* body) : body_(body) {
+  eager(true);
+  body_limit(kMaxProbeBody);
+}
+
+std::size_t ProbeParser::on_body_impl(string_view data, error_code&) {
+  body_->append(data.data(), data.size());
+  return data.size();
+}
+
+std::size_t ProbeParser::on_chunk_body_impl(std::uint64_t, string_view data, error_code&) {
+  body_->append(data.data(), data.size());
+  return data.size();
+}
+
+ProbeAnswer read_probe_answer(std::string_view bytes, bool eof, std::string* body) {
+  ProbeAnswer answer;
+  ProbeParser parser(body);
+  while (!parser.is_done() && !bytes.empty()) {
+    net::error_code ec;
+    const std::size_t used = parser.put(asio::buffer(bytes.data(), bytes.size()), ec);
+    bytes.remove_prefix(used);
+    if (ec == http::error::need_more || (!ec && used == 0)) {
+      break;
+    }
+    if (ec) {
+      answer.state = ProbeAnswer::State::bad;
+      return answer;
+    }
+  }
+  if (!parser.is_done() && eof) {
+    // Only an answer delimited by the end of the connection may end here.
+    net::error_code ec;
+    parser.put_eof(ec);
+    if (ec) {
+      answer.state = ProbeAnswer::State::bad;
+      return answer;
+    }
+  }
+  if (!parser.is_done()) {
+    return answer;
+  }
+  answer.state = ProbeAnswer::State::done;
+  answer.status = parser.status();
+  answer.keep_alive = parser.keep_alive() && !eof;
+  answer.extra_bytes = !bytes.empty();
+  return answer;
+}
+
+asio::awaitable<ProbeReply> probe_once(const net::Url* url, const std::string* request,
+                                       asio::ssl::context* tls, std::chrono::milliseconds timeout,
+                                       std::unique_ptr<net::Conn>* conn) {
+  ProbeReply reply;
   const auto start = Clock::now();
   const auto deadline = start + timeout;
   auto fail = [&](std::string why) {
-    outcome.result = ProbeResult::fail;
-    outcome.error = std::move(why);
-    outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    reply.failure.result = ProbeResult::fail;
+    reply.failure.error = std::move(why);
+    reply.failure.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     conn->reset();
-    return outcome;
+    return std::move(reply);
   };
 
+  if (*conn && (*conn)->input_pending()) {
+    // The replica closed its keep-alive connection since the last probe (or sent bytes nobody
+    // asked for): a probe sent on it would fail for nothing. One poll, no wait.
+    conn->reset();
+  }
   if (!*conn || !(*conn)->is_open()) {
-    auto connected = co_await net::connect_to(url, tls, timeout);
+    auto connected = co_await net::connect_to(*url, tls, timeout);
     if (!connected.conn) {
       co_return fail(connected.failure == net::ConnectFailure::timeout ? "timeout"
                      : connected.failure == net::ConnectFailure::tls   ? "tls"
@@ -39,67 +98,36 @@ asio::awaitable<ProbeOutcome> probe_once(net::Url url, std::string path, std::st
     *conn = std::move(connected.conn);
   }
   net::Conn& c = **conn;
-  std::string request = "GET " + url.path_prefix + path +
-                        " HTTP/1.1\r\nHost: " + url.host_header() +
-                        "\r\nUser-Agent: fleetgate-health\r\nAccept: */*\r\n";
-  if (!authorization.empty()) {
-    request += "Authorization: " + authorization + "\r\n";
-  }
-  request += "\r\n";
   c.expires_after(deadline - Clock::now());
-  auto [wec, wn] = co_await c.write(asio::buffer(request));
+  auto [wec, wn] = co_await c.write(asio::buffer(*request));
   if (wec) {
     co_return fail(wec == boost::beast::error::timeout ? "timeout" : "write");
   }
-  net::ResponseParser parser;
-  parser.eager(true);
-  parser.body_limit(kMaxProbeBody);
-  boost::beast::flat_buffer buffer;
-  std::string body;
+  ProbeParser parser(&reply.body);
+  std::string pending;  // read and not yet taken by the parser (a head split between reads)
   while (!parser.is_done()) {
-    auto [rec, n] = co_await c.read_some(buffer.prepare(4096));
+    const std::size_t held = pending.size();
+    pending.resize(held + 4096);
+    auto [rec, n] = co_await c.read_some(asio::buffer(pending.data() + held, 4096));
+    pending.resize(held + n);
     if (rec) {
       co_return fail(rec == boost::beast::error::timeout ? "timeout" : "read");
     }
-    buffer.commit(n);
     net::error_code pec;
-    buffer.consume(parser.put(buffer.data(), pec));
+    pending.erase(0, parser.put(asio::buffer(pending), pec));
     if (pec && pec != http::error::need_more) {
       co_return fail("bad response");
     }
-    body += parser.take_body();
   }
-  outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  reply.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (!parser.keep_alive()) {
     conn->reset();
   } else {
     c.expires_never();
   }
-  const unsigned status = parser.status();
-  const bool loading = status == 503 && (body.find("Loading model") != std::string::npos ||
-                                         body.find("\"loading\"") != std::string::npos);
-  if (status != 200 && !loading) {
-    outcome.result = ProbeResult::fail;
-    outcome.error = "HTTP " + std::to_string(status);
-    co_return outcome;
-  }
-  const ProbeBody facts = parse_probe_body(body, expected_model);
-  outcome.model = facts.model;
-  if (facts.model == ModelCheck::mismatch) {
-    outcome.result = ProbeResult::fail;
-    outcome.error = "serves model " + facts.served + ", not " + expected_model;
-    co_return outcome;
-  }
-  outcome.result = loading ? ProbeResult::loading : ProbeResult::pass;
-  if (!loading) {
-    outcome.slots_total = facts.slots_total;
-    outcome.slots_idle = facts.slots_idle;
-    outcome.prefill_tps = facts.prefill_tps;
-    outcome.decode_tps = facts.decode_tps;
-    outcome.host_prompt_cache_tokens = facts.host_prompt_cache_tokens;
-    outcome.engine_starts = facts.engine_starts;
-  }
-  co_return outcome;
+  reply.answered = true;
+  reply.status = parser.status();
+  co_return reply;
 }
 
 }  // namespace fg::health

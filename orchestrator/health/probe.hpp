@@ -1,43 +1,81 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
+#include <string_view>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ssl/context.hpp>
+#include <boost/beast/http/basic_parser.hpp>
 
 #include "common/net/conn.hpp"
 #include "common/net/url.hpp"
-#include "orchestrator/health/health_tracker.hpp"
 #include "orchestrator/health/probe_body.hpp"
 
 namespace fg::health {
 
-struct ProbeOutcome {
-  ProbeResult result = ProbeResult::fail;
-  double seconds = 0;
-  std::optional<std::uint32_t> slots_total;  // from a Fleetgate agent's /health
-  std::optional<std::uint32_t> slots_idle;
-  // An agent's speeds and cache facts (ProbeBody), when it passed.
-  std::optional<double> prefill_tps;
-  std::optional<double> decode_tps;
-  std::optional<std::uint64_t> host_prompt_cache_tokens;
-  std::optional<std::uint64_t> engine_starts;
-  // What the body says about the model: a mismatch fails the probe (error says what it serves).
-  ModelCheck model = ModelCheck::unverified;
-  std::string
-      error;  // why it failed ("timeout", "HTTP 500", "serves model x, not y"), never a body
+// The bytes of a probe: GET {prefix}{path} with Host, User-Agent, Accept and, when given, the
+// replicas' Authorization. Built once per replica and path, sent as they are for every probe.
+std::string probe_request(const net::Url& url, std::string_view path,
+                          std::string_view authorization);
+
+// A probe's answer: its status, its body (at most kMaxProbeBody bytes, appended to *body) and
+// whether the connection stays open. No header is kept: the probe needs none.
+class ProbeParser final : public boost::beast::http::basic_parser<false> {
+ public:
+  static constexpr std::size_t kMaxProbeBody = 64 * 1024;
+
+  explicit ProbeParser(std::string* body);
+  unsigned status() const { return status_; }
+
+ private:
+  using string_view = boost::beast::string_view;
+  using error_code = boost::beast::error_code;
+  void on_request_impl(boost::beast::http::verb, string_view, string_view, int,
+                       error_code&) override {}
+  void on_response_impl(int code, string_view, int, error_code&) override {
+    status_ = static_cast<unsigned>(code);
+  }
+  void on_field_impl(boost::beast::http::field, string_view, string_view, error_code&) override {}
+  void on_header_impl(error_code&) override {}
+  void on_body_init_impl(boost::optional<std::uint64_t> const&, error_code&) override {}
+  std::size_t on_body_impl(string_view data, error_code&) override;
+  void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override {}
+  std::size_t on_chunk_body_impl(std::uint64_t, string_view data, error_code&) override;
+  void on_finish_impl(error_code&) override {}
+
+  std::string* body_;
+  unsigned status_ = 0;
 };
 
-// One active probe: GET {url}{path}. 200 passes; a 503 saying the model is loading (llama.cpp's
-// "Loading model", an agent's {"status":"loading"}) is `loading`; anything else fails. A body
-// naming another model than expected_model (an agent's /health, a server's /v1/models) fails
-// with that reason. Never generates tokens. *conn is a keep-alive connection kept between probes
-// (reset on failure).
-boost::asio::awaitable<ProbeOutcome> probe_once(
-    net::Url url, std::string path, std::string expected_model, boost::asio::ssl::context* tls,
-    std::chrono::milliseconds timeout, std::string authorization, std::unique_ptr<net::Conn>* conn);
+// Reads one whole answer from bytes (the connection's end follows them when eof).
+struct ProbeAnswer {
+  enum class State { more, done, bad } state = State::more;  // more: the answer is not whole yet
+  unsigned status = 0;
+  bool keep_alive = false;
+  bool extra_bytes = false;  // bytes after the answer (nobody asked for them)
+};
+ProbeAnswer read_probe_answer(std::string_view bytes, bool eof, std::string* body);
+
+// What one probe on a connection brought back: a whole answer (to judge with judge_answer), or
+// the failure before one.
+struct ProbeReply {
+  bool answered = false;
+  unsigned status = 0;
+  std::string body;
+  double seconds = 0;
+  ProbeOutcome failure;  // when !answered: fail, its error and seconds
+};
+
+// One probe on a connection the caller keeps (*conn, reset on failure): connect when there is
+// none (or the replica closed it), write the request, read the answer within timeout. Used for
+// https replicas: OpenSSL reads their sockets itself, so their answers cannot be read at the
+// checker's wake-ups the way plain connections' are (HealthChecker).
+boost::asio::awaitable<ProbeReply> probe_once(const net::Url* url, const std::string* request,
+                                              boost::asio::ssl::context* tls,
+                                              std::chrono::milliseconds timeout,
+                                              std::unique_ptr<net::Conn>* conn);
 
 }  // namespace fg::health

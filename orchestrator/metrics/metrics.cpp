@@ -326,10 +326,10 @@ void Metrics::replica_state_change(const std::string& model, const std::string& 
   state_changes_.Add({{"model", model}, {"to", to}}).Increment();
 }
 
-void Metrics::health_check(const std::string& replica, double seconds) {
+prometheus::Histogram& Metrics::health_check_series(const std::string& replica) {
   static const prometheus::Histogram::BucketBoundaries kBuckets{0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                                                 0.5,   1,    2.5,   5,    10};
-  health_check_.Add({{"replica", replica}}, kBuckets).Observe(seconds);
+  return health_check_.Add({{"replica", replica}}, kBuckets);
 }
 
 void Metrics::replica_request(const std::string& model, const std::string& replica,

@@ -47,6 +47,7 @@ import {
   toolVersion,
   waitForHttp,
   waitForPort,
+  wakeups,
   writeFile,
 } from './lib.mjs';
 import { scenarioBatch } from './batch.mjs';
@@ -903,13 +904,20 @@ health:
       log(`scale: ${replicas} registered in ${fmt(registerSeconds, 1)} s, ${healthy} healthy; measuring probe CPU`);
       const windows = [];
       const W = QUICK ? 4 : 30;
+      // Per probe: the expected rate (replicas / health.interval), not a count from /metrics (a
+      // scrape of 5,000 histograms would cost the gateway more CPU than the window measures).
+      const probesPerS = replicas / 5;
       for (let rep = 0; rep < REPEATS; rep++) {
         const cpu = new CpuWindow(gw.pid);
+        const wakeups0 = wakeups(gw.pid);
         const fakeCpu = fakes.map((f) => new CpuWindow(f.pid ?? f.proc.pid));
         await sleep(W * 1000);
         const used = cpu.read();
+        const probes = probesPerS * used.wall;
         windows.push({
           repeat: rep + 1, phase: 'probing', replicas, healthy, cpu_pct: used.percent,
+          cpu_us_per_probe: (1e6 * used.cpu) / probes,
+          wakeups_per_probe: (wakeups(gw.pid) - wakeups0) / probes,
           rss_mib: rssMiB(gw.pid), fds: openFds(gw.pid), window_s: used.wall,
           register_s: registerSeconds, rss_idle_mib: rssIdle,
           fake_cpu_pct: fakeCpu.reduce((s, c) => s + c.read().percent, 0),
@@ -922,9 +930,12 @@ health:
 (${REPEATS} repeat(s)); registering them all took ${fmt(registerSeconds, 1)} s (16 concurrent POSTs); ${healthy} became healthy.
 
 ${markdownTable(
-  ['replicas', 'probes/s (expected)', 'gateway CPU % of a core', 'gateway RSS MiB', 'RSS before MiB', 'gateway fds'],
-  [[replicas, fmt(replicas / 5, 0), fmtSpread(ws.map((w) => w.cpu_pct), 2), fmtSpread(ws.map((w) => w.rss_mib), 1), fmt(rssIdle, 1), fmt(median(ws.map((w) => w.fds)), 0)]],
+  ['replicas', 'probes/s (expected)', 'gateway CPU % of a core', 'CPU µs per probe', 'wake-ups per probe', 'gateway RSS MiB', 'RSS before MiB', 'gateway fds'],
+  [[replicas, fmt(probesPerS, 0), fmtSpread(ws.map((w) => w.cpu_pct), 2), fmtSpread(ws.map((w) => w.cpu_us_per_probe), 1), fmtSpread(ws.map((w) => w.wakeups_per_probe), 3), fmtSpread(ws.map((w) => w.rss_mib), 1), fmt(rssIdle, 1), fmt(median(ws.map((w) => w.fds)), 0)]],
 )}
+
+"wake-ups per probe": the gateway's voluntary context switches (a thread going to sleep, then
+woken) over the window, per expected probe.
 
 `;
     } finally {

@@ -248,6 +248,22 @@ export function rssMiB(pid) {
   }
 }
 
+// Voluntary context switches of all a process's threads so far: each is the thread going to sleep
+// (then woken), so over a window they count its wake-ups.
+export function wakeups(pid) {
+  try {
+    let n = 0;
+    for (const task of fs.readdirSync(`/proc/${pid}/task`)) {
+      const status = fs.readFileSync(`/proc/${pid}/task/${task}/status`, 'utf8');
+      const m = status.match(/^voluntary_ctxt_switches:\s+(\d+)/m);
+      n += m ? Number(m[1]) : 0;
+    }
+    return n;
+  } catch {
+    return NaN;
+  }
+}
+
 export function openFds(pid) {
   try {
     return fs.readdirSync(`/proc/${pid}/fd`).length;

@@ -2,13 +2,15 @@
 // with no client error, then it recovers and receives traffic again (time to eject and time to
 // route to it again are printed); active probes alone catch a dead replica; a hanging replica does
 // not stall the fleet; a probe timing out never cuts the replica's in-flight requests; the last
-// healthy replica is never ejected on traffic failures alone.
+// healthy replica is never ejected on traffic failures alone; a replica that closes idle
+// keep-alive connections is never failed by its probes.
 
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 
 import { startFakeReplica } from './lib/fake_replica.mjs';
-import { eventually, startGateway } from './lib/gateway.mjs';
+import { eventually, makeTempDir, makeTestCerts, removeDir, startGateway } from './lib/gateway.mjs';
 import {
   FAST_HEALTH, Load, TOKEN_ENV, chat, failEverything, figure, hangEverything, heal, replicaByUrl, served, setProbe,
   stateChanges, waitForState, waitForStateLog,
@@ -364,5 +366,109 @@ describe('what counts as a failure', () => {
     assert.match(down.reason, /2/, down.reason);
     plain.setHealth(200);
     await waitForStateLog(gw, id, 'healthy', { timeoutMs: 5000 });
+  });
+});
+
+for (const scheme of ['http', 'https']) {
+  describe(`a replica that closes idle keep-alive connections (${scheme})`, () => {
+    // llama.cpp's server closes a connection idle for 5 s, and probes come every 5 s (±10%): a
+    // probe must not be sent on (and failed by) a connection the replica closed since the last
+    // one. (http probes are read at the checker's ticks, https ones by a coroutine each.)
+    let certDir;
+    let fake;
+    let gw;
+
+    before(async () => {
+      let tls = null;
+      let upstream = {};
+      if (scheme === 'https') {
+        certDir = makeTempDir('fleetgate-certs-');
+        const certs = makeTestCerts(certDir);
+        tls = { key: certs.key, cert: certs.cert };
+        upstream = { ca_file: certs.caFile };
+      }
+      // Node closes a keep-alive connection about 1 s after its keepAliveTimeout (its buffer),
+      // so ~1.05 s here: probes 1.5 s apart each find the last one's connection closed.
+      fake = await startFakeReplica({ name: `idle-closer-${scheme}`, tls, keepAliveTimeoutMs: 50 });
+      gw = await startGateway({
+        admin: { token_env: 'FG_IT_ADMIN_TOKEN' },
+        log: { level: 'debug' },
+        health: { ...FAST_HEALTH, interval: '1500ms', timeout: '1s' },
+        models: [{ name: 'm', slots: 1, endpoints: [fake.url] }],
+        upstream,
+      }, { env: TOKEN_ENV });
+    });
+
+    after(async () => {
+      await gw?.stop();
+      await fake?.close();
+      if (certDir) {
+        removeDir(certDir);
+      }
+    });
+
+    test('is never failed by its probes: each one after such a close connects anew', async () => {
+      await fake.waitFor((f) => f.probes.length >= 6, { timeoutMs: 30000, what: '6 probes' });
+      // Every probe found the connection of the one before closed.
+      assert.ok(fake.connections >= 5, `${fake.connections} connections for ${fake.probes.length} probes`);
+      const failed = gw.logs.filter((l) => l.msg === 'probe failed');
+      assert.deepEqual(failed.map((l) => l.error), [], 'no probe failed');
+      assert.equal((await replicaByUrl(gw, fake.url)).state, 'healthy');
+    });
+  });
+}
+
+describe('a probe answer that arrives in pieces', () => {
+  // The head at once, then a chunked body in two pieces 150 ms apart: the gateway reads http
+  // probe answers at its ticks (here every 50 ms), so the answer is read over several of them.
+  // It passes, and its time is until its last piece arrived (~300 ms), not until it was read.
+  let server;
+  let url;
+  let probes = 0;
+  let gw;
+
+  before(async () => {
+    server = net.createServer((socket) => {
+      let pending = '';
+      socket.on('data', (data) => {
+        pending += data.toString('latin1');
+        let end;
+        while ((end = pending.indexOf('\r\n\r\n')) >= 0) {
+          pending = pending.slice(end + 4);
+          ++probes;
+          socket.write('HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n');
+          setTimeout(() => socket.write('7\r\n{"statu\r\n'), 150);
+          setTimeout(() => socket.write('8\r\ns":"ok"}\r\n0\r\n\r\n'), 300);
+        }
+      });
+      socket.on('error', () => {});
+    });
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    url = `http://127.0.0.1:${server.address().port}`;
+    gw = await startGateway({
+      admin: { token_env: 'FG_IT_ADMIN_TOKEN' },
+      log: { level: 'debug' },
+      health: { ...FAST_HEALTH, interval: '800ms', timeout: '600ms' },
+      models: [{ name: 'm', slots: 1, endpoints: [url] }],
+    }, { env: TOKEN_ENV });
+  });
+
+  after(async () => {
+    await gw?.stop();
+    server?.closeAllConnections?.();
+    await new Promise((resolve) => server?.close(resolve) ?? resolve());
+  });
+
+  test('is read whole over several ticks, passes, and counts until its last piece', async () => {
+    const id = (await replicaByUrl(gw, url)).id;
+    const count = await gw.waitForMetric('fleetgate_replica_health_check_seconds_count', { replica: id },
+      (v) => v >= 4, { timeoutMs: 20000 });
+    const sum = await gw.metric('fleetgate_replica_health_check_seconds_sum', { replica: id });
+    const failed = gw.logs.filter((l) => l.msg === 'probe failed');
+    assert.deepEqual(failed.map((l) => l.error), [], 'no probe failed');
+    assert.equal((await replicaByUrl(gw, url)).state, 'healthy');
+    // Each took ~300 ms (its last piece), within its 600 ms timeout; never less than 300 ms.
+    assert.ok(sum / count >= 0.29 && sum / count < 0.6, `mean probe time ${sum / count} s over ${count} probes`);
+    assert.ok(probes >= count);
   });
 });

@@ -233,6 +233,31 @@ TEST(RegistrationRules, SilentRegistrationsAreListed) {
   EXPECT_TRUE(b.silent_for(seconds(10), t0 + seconds(10)).empty());
 }
 
+TEST(RegistrationRules, SilentRegistrationsAreFoundWhetherOrNotTheBookWalksThem) {
+  auto b = book();
+  const auto r = request("http://127.0.0.1:7001");
+  EXPECT_TRUE(b.silent_for(seconds(10), t0).empty());
+  b.record(1, r, t0);
+  b.record(2, r, t0 + seconds(5));
+  EXPECT_TRUE(b.silent_for(seconds(10), t0 + seconds(9)).empty());  // nobody can be: no walk
+  EXPECT_EQ(b.silent_for(seconds(10), t0 + seconds(12)), std::vector<ReplicaId>{1});
+  b.heartbeat(1, t0 + seconds(13));
+  EXPECT_TRUE(b.silent_for(seconds(10), t0 + seconds(14)).empty());
+  EXPECT_EQ(b.silent_for(seconds(10), t0 + seconds(16)), std::vector<ReplicaId>{2});
+  b.forget(2);
+  EXPECT_TRUE(b.silent_for(seconds(10), t0 + seconds(20)).empty());
+  EXPECT_EQ(b.silent_for(seconds(10), t0 + seconds(24)), std::vector<ReplicaId>{1});
+  // A registration recorded with an older time than any (times are the caller's) is still found.
+  b.record(3, r, t0 - seconds(100));
+  EXPECT_EQ(b.silent_for(seconds(10), t0 + seconds(14)), std::vector<ReplicaId>{3});
+  b.heartbeat(3, t0 + seconds(14));
+  EXPECT_TRUE(b.silent_for(seconds(10), t0 + seconds(15)).empty());
+  // Forgetting everyone leaves nothing to find.
+  b.forget(1);
+  b.forget(3);
+  EXPECT_TRUE(b.silent_for(seconds(10), t0 + seconds(1000)).empty());
+}
+
 TEST(RegistrationRules, KeepingASecretAcrossAMove) {
   auto b = book();
   const auto r = request("http://127.0.0.1:7001");

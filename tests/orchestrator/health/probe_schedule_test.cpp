@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -17,6 +19,36 @@ ProbeSchedule::TimePoint at_ms(int ms) {
   return ProbeSchedule::TimePoint{} + milliseconds(ms);
 }
 
+// The schedule as the tests think of it: by id (the checker keeps each id's slot beside it).
+class Schedule {
+ public:
+  void set(ProbeSchedule::Id id, ProbeSchedule::TimePoint due,
+           ProbeSchedule::Duration early = ProbeSchedule::Duration::zero()) {
+    auto [it, added] = slots_.try_emplace(id);
+    if (added) {
+      it->second = s_.add(id);
+    }
+    s_.set(it->second, due, early);
+  }
+  void remove(ProbeSchedule::Id id) {
+    if (auto it = slots_.find(id); it != slots_.end()) {
+      s_.remove(it->second);
+      slots_.erase(it);
+    }
+  }
+  bool contains(ProbeSchedule::Id id) const {
+    auto it = slots_.find(id);
+    return it != slots_.end() && s_.scheduled(it->second);
+  }
+  std::size_t size() const { return s_.size(); }
+  std::optional<ProbeSchedule::TimePoint> next_wake() const { return s_.next_wake(); }
+  Ids take_due(ProbeSchedule::TimePoint now) { return s_.take_due(now); }
+
+ private:
+  ProbeSchedule s_;
+  std::map<ProbeSchedule::Id, ProbeSchedule::Slot> slots_;
+};
+
 TEST(ProbeSchedule, AllowedEarlyIsATenthOfTheIntervalAtMost100ms) {
   EXPECT_EQ(ProbeSchedule::allowed_early(seconds(5)), milliseconds(100));
   EXPECT_EQ(ProbeSchedule::allowed_early(seconds(1)), milliseconds(100));
@@ -26,7 +58,7 @@ TEST(ProbeSchedule, AllowedEarlyIsATenthOfTheIntervalAtMost100ms) {
 }
 
 TEST(ProbeSchedule, WakesAtTheEarliestDueTime) {
-  ProbeSchedule s;
+  Schedule s;
   EXPECT_FALSE(s.next_wake());
   s.set(1, at_ms(500), milliseconds(100));
   s.set(2, at_ms(300), milliseconds(100));
@@ -35,7 +67,7 @@ TEST(ProbeSchedule, WakesAtTheEarliestDueTime) {
 }
 
 TEST(ProbeSchedule, OneWakeTakesEveryProbeDueWithinItsAllowance) {
-  ProbeSchedule s;
+  Schedule s;
   s.set(1, at_ms(1000), milliseconds(100));
   s.set(2, at_ms(1050), milliseconds(100));
   s.set(3, at_ms(1100), milliseconds(100));
@@ -53,7 +85,7 @@ TEST(ProbeSchedule, OneWakeTakesEveryProbeDueWithinItsAllowance) {
 }
 
 TEST(ProbeSchedule, NeverEarlierThanAllowedAndNeverLeftBehind) {
-  ProbeSchedule s;
+  Schedule s;
   s.set(7, at_ms(1000));  // no allowance: exactly on time
   EXPECT_EQ(s.take_due(at_ms(999)), Ids{});
   EXPECT_EQ(s.take_due(at_ms(5000)), (Ids{7}));
@@ -64,7 +96,7 @@ TEST(ProbeSchedule, NeverEarlierThanAllowedAndNeverLeftBehind) {
 }
 
 TEST(ProbeSchedule, SetMovesAndRemoveForgets) {
-  ProbeSchedule s;
+  Schedule s;
   s.set(1, at_ms(100));
   s.set(1, at_ms(900));
   EXPECT_EQ(s.size(), 1u);
@@ -78,12 +110,61 @@ TEST(ProbeSchedule, SetMovesAndRemoveForgets) {
   EXPECT_FALSE(s.next_wake());
 }
 
+TEST(ProbeSchedule, AnIdRemovedAndSetAgainGoesOnlyAtItsNewTime) {
+  Schedule s;
+  s.set(1, at_ms(100));
+  s.remove(1);
+  s.set(1, at_ms(900));
+  EXPECT_EQ(*s.next_wake(), at_ms(900));
+  EXPECT_EQ(s.take_due(at_ms(500)), Ids{});
+  EXPECT_EQ(s.take_due(at_ms(1000)), (Ids{1}));
+  EXPECT_EQ(s.take_due(at_ms(2000)), Ids{});
+}
+
+TEST(ProbeSchedule, AnIdMovedManyTimesGoesOnceAtItsLastTime) {
+  Schedule s;
+  for (int i = 0; i < 1000; ++i) {
+    s.set(1, at_ms(10'000 - i));  // earlier each time: every old entry stays behind, stale
+    s.set(2, at_ms(20'000 + i));  // later each time: the stale ones are on top
+  }
+  EXPECT_EQ(s.size(), 2u);
+  EXPECT_EQ(*s.next_wake(), at_ms(9001));
+  EXPECT_EQ(s.take_due(at_ms(9000)), Ids{});
+  EXPECT_EQ(s.take_due(at_ms(15'000)), (Ids{1}));
+  EXPECT_EQ(*s.next_wake(), at_ms(20'999));
+  EXPECT_EQ(s.take_due(at_ms(30'000)), (Ids{2}));
+  EXPECT_FALSE(s.next_wake());
+}
+
+TEST(ProbeSchedule, ASlotHandedOutAgainNeverRevivesAnOldEntry) {
+  ProbeSchedule s;
+  const auto a = s.add(1);
+  s.set(a, at_ms(100));
+  s.remove(a);
+  const auto b = s.add(2);  // the same slot, another id
+  EXPECT_EQ(a, b);
+  EXPECT_FALSE(s.scheduled(b));
+  EXPECT_FALSE(s.next_wake());
+  s.set(b, at_ms(900));
+  EXPECT_EQ(s.take_due(at_ms(500)), Ids{});
+  EXPECT_EQ(s.take_due(at_ms(1000)), (Ids{2}));
+  EXPECT_EQ(s.size(), 0u);
+}
+
+TEST(ProbeSchedule, EqualTimesGoInIdOrder) {
+  Schedule s;
+  s.set(3, at_ms(100));
+  s.set(1, at_ms(100));
+  s.set(2, at_ms(100));
+  EXPECT_EQ(s.take_due(at_ms(100)), (Ids{1, 2, 3}));
+}
+
 // 5,000 replicas every 5 s with ±10% jitter: the figure the batching is for. Driving the schedule
 // as the tick loop does (sleep until next_wake, take what is due, reschedule each probe one
 // interval after it went), it wakes about 10 times a second, every probe goes within 100 ms
 // before its due time, and every replica is probed every 4.5-5.5 s.
 TEST(ProbeSchedule, FiveThousandReplicasTakeAboutTenWakeupsASecond) {
-  ProbeSchedule s;
+  Schedule s;
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const auto interval = [&] { return milliseconds(4500 + static_cast<int>(1000 * unit(rng))); };

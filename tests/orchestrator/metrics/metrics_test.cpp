@@ -100,8 +100,11 @@ TEST(Metrics, ReplicaAndModelSeriesGoAwayWithThem) {
   m.set_queue_depth("m", 3);
   m.set_replica("m", "r1", 1, 42);
   m.replica_request("m", "r1", "ok");
-  m.health_check("r1", 0.02);
+  m.health_check_series("r1").Observe(0.02);
   auto text = m.scrape();
+  EXPECT_EQ(sample(text, R"(fleetgate_replica_health_check_seconds_count{replica="r1"})"), 1);
+  // The same series each time it is asked for.
+  EXPECT_EQ(&m.health_check_series("r1"), &m.health_check_series("r1"));
   EXPECT_EQ(sample(text, R"(fleetgate_replica_in_flight{model="m",replica="r1"})"), 1);
   EXPECT_EQ(
       sample(text, R"(fleetgate_replica_requests_total{model="m",outcome="ok",replica="r1"})"), 1);

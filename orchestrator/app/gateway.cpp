@@ -131,6 +131,7 @@ Gateway::Gateway(config::Config config, std::string config_path)
   proxy_ctx_.sessions = &sessions_;
   proxy_ctx_.body_budget = &body_budget_;
   proxy_ctx_.metrics = &metrics_;
+  proxy_ctx_.off_thread = &off_thread_;
   {
     // Named keys first, then the anonymous ones of api_keys_env; key_info follows the same order.
     std::vector<std::string> keys;

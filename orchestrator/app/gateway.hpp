@@ -10,8 +10,10 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "common/net/http_session.hpp"
+#include "common/net/off_thread.hpp"
 #include "common/net/server.hpp"
 #include "common/net/session_tracker.hpp"
+#include "common/net/work_pool.hpp"
 #include "orchestrator/admin/admin.hpp"
 #include "orchestrator/batch/batch_service.hpp"
 #include "orchestrator/config/config.hpp"
@@ -26,7 +28,8 @@
 namespace fg::app {
 
 // Owns the io_context and every part of the gateway; wires them and sets start and stop order.
-// One thread runs everything, so no state here needs a lock.
+// One thread runs everything, so no state here needs a lock; the work pool's jobs touch only
+// what their caller hands them.
 class Gateway {
  public:
   // Throws std::runtime_error for start-up problems (cannot bind, bad TLS files, a secret with a
@@ -73,6 +76,15 @@ class Gateway {
   std::unique_ptr<batch::BatchService> batch_;
 
   boost::asio::io_context io_{1};
+  // Large request bodies are inspected on work_pool_ (proxy::ProxyContext::off_thread), whose
+  // jobs hand their results to off_thread_ and from there to io_. Destroyed in reverse: the pool
+  // first (closed, its running jobs joined; a job it drops unrun destroys the suspended coroutine
+  // that waited for it, which needs the state declared before io_), then off_thread_ (results
+  // not taken), then io_. off_thread_ is given the pool's address before the pool is built; it
+  // uses it only once io_ runs.
+  net::OffThread off_thread_{io_.get_executor(), &work_pool_};
+  // Two threads, 10 steps nicer than the io thread: on a busy machine the io thread comes first.
+  net::WorkPool work_pool_{2, 10};
 
   std::unique_ptr<fleet::FleetManager> fleet_;
   std::unique_ptr<fleet::LocalFleet> local_fleet_;

@@ -14,6 +14,9 @@
 #include "orchestrator/fleet/registry.hpp"
 #include "orchestrator/proxy/slot_broker.hpp"
 
+namespace fg::net {
+class OffThread;
+}
 namespace fg::metrics {
 class Metrics;
 }
@@ -52,6 +55,9 @@ struct ProxyContext {
   fleet::FleetManager* fleet = nullptr;
   net::BodyBudget* body_budget = nullptr;  // the public listener's (server.max_buffered_bytes)
   batch::BatchService* batch = nullptr;    // the Files and Batches API; nullptr: batch.enabled off
+  // Runs CPU work that would hold the io thread for milliseconds (inspecting a large request
+  // body) on other threads; nullptr: such work runs on the io thread.
+  net::OffThread* off_thread = nullptr;
 };
 
 }  // namespace fg::proxy

@@ -227,6 +227,32 @@ describe('pass-through', () => {
     assert.equal(res.text, seen.sent);
   });
 
+  test('bodies over 64 KiB (inspected off the io thread): usage spliced in, refusals the same', async () => {
+    // Such bodies are inspected on the gateway's work pool (docs/architecture.md): what it finds
+    // must be what the io thread would find.
+    const content = 'z'.repeat(300 * 1024) + '\u00e9';
+    const sent = { model: 'm-http', stream: true, messages: [{ role: 'user', content }], fake: { chunks: 3, intervalMs: 20 } };
+    const stream = await openStream(`${gw.publicUrl}/v1/chat/completions`, { body: sent });
+    assert.equal(stream.status, 200);
+    const text = await stream.done;
+    const seen = plain.requests.at(-1);
+    const { stream_options: options, ...rest } = seen.json;
+    assert.deepEqual(rest, sent, 'the replica receives the client body');
+    assert.deepEqual(options, { include_usage: true }, 'usage asked for on the client\'s behalf');
+    assert.equal(text, seen.sentPlain, 'and stripped again');
+    const log = await gw.requestLog(stream.requestId);
+    assert.equal(log.completion_tokens, 3);
+
+    const before = plain.requests.length;
+    const unknown = await postJson(gw.publicUrl, '/v1/chat/completions', { ...sent, model: 'no-such-model' });
+    assert.equal(unknown.status, 404);
+    assert.equal(openAiError(unknown).code, 'model_not_found');
+    const broken = await postJson(gw.publicUrl, '/v1/chat/completions', JSON.stringify(sent).slice(0, -1));
+    assert.equal(broken.status, 400);
+    assert.equal(openAiError(broken).code, 'invalid_json');
+    assert.equal(plain.requests.length, before, 'refused bodies never reach a replica');
+  });
+
   test('several requests on one keep-alive client connection', async () => {
     const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
     try {

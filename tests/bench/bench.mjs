@@ -9,6 +9,9 @@
 //   scale          thousands of held streams through one gateway; thousands of registered replicas
 //                  being health-checked: gateway RSS and CPU
 //   cpu            instructions per proxied request under valgrind --tool=callgrind
+//   bigbody        paced SSE streams while other clients send 4 MiB request bodies: how much the
+//                  bodies delay the streams' events (issue 16); FLEETGATE_BENCH_BASELINE_BIN adds
+//                  another gateway binary to the same run
 //   routing        simulated phones with prompt caches and mixed speeds (issue 13): HAProxy
 //                  leastconn, Fleetgate least_loaded and expected_finish (tests/bench/routing.mjs)
 //   batch          the Batch API (issue 14): fraud-review lines per hour vs the fleet's ideal,
@@ -56,7 +59,7 @@ import { scenarioRouting } from './routing.mjs';
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, '../..');
 
-const ALL_SCENARIOS = ['scaling', 'heterogeneous', 'overhead', 'streaming', 'scale', 'cpu', 'routing', 'batch'];
+const ALL_SCENARIOS = ['scaling', 'heterogeneous', 'overhead', 'streaming', 'scale', 'cpu', 'bigbody', 'routing', 'batch'];
 
 // ---------------------------------------------------------------------------------------------
 // Arguments
@@ -242,12 +245,12 @@ ${extra}log:
 `;
 }
 
-async function startGateway(configArgs, { valgrind = null, env = {}, readyTimeoutMs = 20000 } = {}) {
+async function startGateway(configArgs, { valgrind = null, env = {}, readyTimeoutMs = 20000, bin = BIN.gateway } = {}) {
   const [publicPort, adminPort] = await freePorts(2);
   const file = tmpFile('fleetgate.yaml');
   fs.writeFileSync(file, gatewayYaml({ publicPort, adminPort, ...configArgs }));
-  const command = valgrind ? 'valgrind' : BIN.gateway;
-  const cmdArgs = valgrind ? [...valgrind, BIN.gateway, '--config', file] : ['--config', file];
+  const command = valgrind ? 'valgrind' : bin;
+  const cmdArgs = valgrind ? [...valgrind, bin, '--config', file] : ['--config', file];
   const proc = new Proc('fleetgate', command, cmdArgs, { env: { ...process.env, ...env } });
   // log.level warn hides the "listening" lines, so the ports are chosen here and polled.
   await waitForHttp(`http://127.0.0.1:${adminPort}/healthz`, { proc, timeoutMs: readyTimeoutMs });
@@ -337,6 +340,7 @@ events {
 }
 http {
   access_log off;
+  client_max_body_size 8m;
   client_body_temp_path ${dir}/body;
   proxy_temp_path ${dir}/proxy;
   fastcgi_temp_path ${dir}/fastcgi;
@@ -832,6 +836,134 @@ ${markdownTable(
 }
 
 // ---------------------------------------------------------------------------------------------
+// bigbody: what 4 MiB request bodies do to other clients' streams (issue 16)
+
+// A chat request of about `bytes` bytes: many messages of ordinary text with the escapes and
+// non-ASCII a real prompt has, so that inspection does all its work (UTF-8, escapes, blocks).
+function bigChatBody(bytes) {
+  const line = 'Transaction 4411 at 03:12 "card not present", 42.00 € from a new device.\n';
+  const messages = [];
+  let size = 100;
+  for (let i = 0; size < bytes - 4096; i++) {
+    const content = `${i}: ${line.repeat(50)}`;
+    messages.push({ role: i % 2 ? 'assistant' : 'user', content });
+    size += Buffer.byteLength(JSON.stringify(content)) + 30;
+  }
+  let body = JSON.stringify({ model: MODEL, messages, max_tokens: 8 });
+  const pad = bytes - Buffer.byteLength(body) - 40;
+  if (pad > 0) body = JSON.stringify({ model: MODEL, messages: [...messages, { role: 'user', content: 'x'.repeat(pad) }], max_tokens: 8 });
+  return body;
+}
+
+async function scenarioBigbody() {
+  const chunks = 50;
+  const interval = 20;
+  const C = QUICK ? 4 : 16;
+  const B = QUICK ? 1 : 2;
+  const D = QUICK ? 2 : 8;
+  const bodyFile = tmpFile('big.json');
+  // Just under the gateway's default server.max_body_bytes (4 MiB).
+  fs.writeFileSync(bodyFile, bigChatBody(4 * 1024 * 1024 - 512));
+  const bodyBytes = fs.statSync(bodyFile).size;
+  log(`bigbody: ${C} paced SSE streams (an event every ${interval} ms), alone and while ${B} clients send ${fmt(bodyBytes / 1048576, 2)} MiB bodies`);
+  const fake = await startFake({ chunks, intervalMs: interval, firstMs: interval, threads: 2 });
+  const procs = [fake.proc];
+  const targets = { direct: { url: fake.url } };
+  const baseline = process.env.FLEETGATE_BENCH_BASELINE_BIN;
+  try {
+    const gw = { endpoints: [{ url: fake.url, slots: 1024 }], slots: 1024 };
+    targets.fleetgate = await startGateway(gw);
+    procs.push(targets.fleetgate.proc);
+    if (baseline) {
+      targets.baseline = await startGateway(gw, { bin: baseline });
+      procs.push(targets.baseline.proc);
+    }
+    if (HAS.haproxy) {
+      targets.haproxy = await startHaproxy([{ addr: fake.addr }], { balance: 'roundrobin', noDelay: true });
+      procs.push(targets.haproxy.proc);
+    }
+    if (HAS.nginx) {
+      targets.nginx = await startNginx({ proxyTo: fake.addr, buffering: false });
+      procs.push(targets.nginx.proc);
+    }
+    const rows = [];
+    const names = Object.keys(targets);
+    for (let rep = 0; rep < REPEATS; rep++) {
+      for (const name of rotate(names, rep)) {
+        const url = chatUrl(targets[name].url);
+        const quiet = requireOk(
+          await load({ url, body: CHAT_STREAM, connections: C, duration: D, warmup: 1, grace: 3 }),
+          `bigbody ${name} streams alone`,
+        );
+        // The bodies start first and run past the streams' window, so that every measured gap
+        // is one during which bodies arrived.
+        const [busy, bodies] = await Promise.all([
+          load({ url, body: CHAT_STREAM, connections: C, duration: D, warmup: 1.5, grace: 3 }),
+          loadBodies({ url, bodyFile, connections: B, duration: D + 2.5 }),
+        ]);
+        requireOk(busy, `bigbody ${name} streams beside bodies`);
+        requireOk(bodies, `bigbody ${name} bodies`);
+        const row = {
+          repeat: rep + 1, target: name,
+          quiet_gap_p99_ms: quiet.gap_ms.p99, quiet_gap_p999_ms: quiet.gap_ms.p999, quiet_gap_max_ms: quiet.gap_ms.max,
+          busy_gap_p99_ms: busy.gap_ms.p99, busy_gap_p999_ms: busy.gap_ms.p999, busy_gap_max_ms: busy.gap_ms.max,
+          gaps: busy.gap_ms.n, bodies_per_s: bodies.ok / (D + 2.5), body_p50_ms: bodies.latency_ms.p50,
+          errors: sumErrors(quiet) + sumErrors(busy) + sumErrors(bodies) + (busy.completed - busy.ok) + (bodies.completed - bodies.ok),
+        };
+        rows.push(row);
+        log(
+          `  ${name}: gap p99 ${fmt(row.quiet_gap_p99_ms, 2)} -> ${fmt(row.busy_gap_p99_ms, 2)} ms, max ` +
+            `${fmt(row.quiet_gap_max_ms, 2)} -> ${fmt(row.busy_gap_max_ms, 2)} ms with ${fmt(row.bodies_per_s, 1)} bodies/s`,
+        );
+      }
+    }
+    // What the bodies add on a path beyond what they add on the direct path in the same repeat.
+    const direct = (rep, key) => rows.find((r) => r.target === 'direct' && r.repeat === rep)[key];
+    const table = names.map((name) => {
+      const rs = rows.filter((r) => r.target === name);
+      const d = name === 'direct';
+      const added = (key) => fmtSpread(rs.map((r) => (r[key] - direct(r.repeat, key)) * 1000), 0);
+      return [
+        name === 'baseline' ? `Fleetgate (baseline: ${path.basename(baseline)})` : label(name),
+        fmtSpread(rs.map((r) => r.quiet_gap_p99_ms), 2), fmtSpread(rs.map((r) => r.busy_gap_p99_ms), 2),
+        fmtSpread(rs.map((r) => r.busy_gap_p999_ms), 2), fmtSpread(rs.map((r) => r.busy_gap_max_ms), 2),
+        d ? '–' : added('busy_gap_p99_ms'), d ? '–' : added('busy_gap_p999_ms'),
+        fmtSpread(rs.map((r) => r.bodies_per_s), 1), fmtSpread(rs.map((r) => r.body_p50_ms), 0),
+        rs.reduce((sum, r) => sum + r.errors, 0),
+      ];
+    });
+    const md = `### 9. Large bodies beside streams: ${C} paced streams, ${B} clients sending ${fmt(bodyBytes / 1048576, 2)} MiB bodies
+
+${C} streaming clients read paced SSE streams (an event every ${interval} ms from the fake replica), first
+alone, then while ${B} other clients send ${fmt(bodyBytes / 1048576, 2)} MiB chat requests (many messages of
+ordinary text) back to back on the same path. The gap between two events of a stream is ${interval} ms
+when nothing delays it; what a proxy adds to it while bodies arrive is the busy gap minus the
+direct path's in the same repeat ("added", µs). Issue 16's target: a 4 MiB body never delays
+other streams' events by more than 1 ms.
+
+${markdownTable(
+  ['path', 'gap p99 alone ms', 'gap p99 with bodies ms', 'p99.9 ms', 'max ms', 'added p99 µs', 'added p99.9 µs', 'bodies/s', 'body p50 ms', 'errors'],
+  table,
+)}
+`;
+    return { md, rows };
+  } finally {
+    await stopAll(procs);
+  }
+}
+
+// Closed-loop senders of one body file.
+async function loadBodies({ url, bodyFile, connections, duration }) {
+  const proc = new Proc('fgload-bodies', BIN.fgload, [
+    'run', '--url', url, '--body-file', bodyFile, '--connections', String(connections),
+    '--duration', String(duration), '--warmup', '0', '--grace', '10',
+  ]);
+  const { code } = await proc.done;
+  if (code !== 0) throw new Error(`fgload failed (${code}): ${proc.tail()}`);
+  return JSON.parse(proc.stdout);
+}
+
+// ---------------------------------------------------------------------------------------------
 // 5. scale: many held streams; many registered replicas probed
 
 async function scenarioScale() {
@@ -1235,6 +1367,7 @@ const SCENARIOS = {
   streaming: scenarioStreaming,
   scale: scenarioScale,
   cpu: scenarioCpu,
+  bigbody: scenarioBigbody,
   routing: () => scenarioRouting({ BIN, OUT, TMP, QUICK, REPEATS, HAS, problems }),
   batch: () => scenarioBatch({ BIN, OUT, TMP, QUICK, REPEATS, HAS, problems }),
 };

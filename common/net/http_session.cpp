@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <stdexcept>
@@ -21,6 +22,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kReadChunk = 4 * 1024;
+// A body is read in larger pieces: a 4 MiB body took 1,024 reads (a system call, a coroutine
+// resumption and a parser call each) at 4 KiB; at 64 KiB, 64, each still short (~20 µs).
+constexpr std::size_t kBodyReadChunk = 64 * 1024;
 constexpr std::size_t kStreamReadChunk = 32 * 1024;  // within the buffer's size (serve_session)
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -178,7 +182,11 @@ asio::awaitable<ReadResult> read_request(Conn* conn, beast::flat_buffer* buffer,
     }
     asio::mutable_buffer space;
     try {
-      space = buffer->prepare(kReadChunk);
+      // The parser takes every body byte it is fed, so the buffer is all but empty here.
+      const std::size_t room = buffer->max_size() - buffer->size();
+      space = buffer->prepare(phase == ReadPhase::body && room > kReadChunk
+                                  ? std::min(kBodyReadChunk, room)
+                                  : kReadChunk);
     } catch (const std::length_error&) {
       result.failure = ReadFailure::header_too_large;
       result.reply = failure_reply(result.failure, limits->body_limit, limits->body_limit_key);

@@ -545,9 +545,9 @@ asio::awaitable<void> send_request(ProxyContext* ctx, const config::Config* conf
   const std::string head = upstream_head(*ctx, *replica, *request->client, request->body->size(),
                                          *request->info, writer->request_id());
   (*conn)->expires_after(clipped(up.idle_timeout, deadline));
-  // A large body goes in slices: one write of a 4 MiB body to a loopback replica took the kernel
-  // ~1 ms in one system call (the copy and the receiver's side), which every other stream waited
-  // out; a slice is a few hundred µs, and other work runs between slices.
+  // A large body goes in slices: one write of a 4 MiB body is one system call that copies as
+  // much as the socket takes (on loopback the replica's receive path runs inside it too), which
+  // every other stream would wait out; other work runs between slices. Not measured alone.
   const std::string_view body = *request->body;
   std::size_t sent = std::min(body.size(), kBodySlice);
   net::IoResult w = co_await (*conn)->write(asio::buffer(head), asio::buffer(body.data(), sent));

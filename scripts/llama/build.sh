@@ -249,7 +249,7 @@ if [ "$force" -eq 1 ] || [ ! -f "$BUILD/CMakeCache.txt" ] || [ ! -f "$BUILD/.fla
   say "configured in $(since "$t")"
 fi
 t=$(now)
-say "building llama-server ($target) with $JOBS jobs (about 10 minutes on 2 cores the first time; seconds with a warm ccache)"
+say "building llama-server ($target) with $JOBS jobs (about 5 minutes on 2 cores the first time; seconds with a warm ccache)"
 "${NICE[@]}" cmake --build "$BUILD" --target llama-server --parallel "$JOBS" >"$CACHE/build.log" 2>&1 ||
   { tail -40 "$CACHE/build.log" >&2; die "build failed (log: $CACHE/build.log)"; }
 say "built in $(since "$t")"

@@ -636,8 +636,9 @@ struct Inspected {
 struct InspectAsk {
   openai::Api api{};
   std::string content_type;
-  bool want_blocks =
-      false;               // expected_finish needs them (its prompt-cache model); least_loaded not
+  // The prompt's block hashes: expected_finish needs them (its prompt-cache model),
+  // least_loaded does not, and the scan then skips the hashing.
+  bool want_blocks = false;
   std::uint64_t key = 0;   // ProxyContext::prompt_key
   bool add_usage = false;  // a stream whose client did not ask for usage gets it asked
 };
@@ -666,10 +667,10 @@ void inspect_body(const InspectAsk& ask, std::string_view body, Inspected* out) 
   }
 }
 
-// Bodies above this are inspected on the work pool (ProxyContext::off_thread): the scan costs
-// ~2.5 ns a byte plus the copy of the usage splice, so a 4 MiB body held the io thread (and
-// every other stream's next event) for ~10-20 ms; 64 KiB, for well under 1 ms, stays here,
-// where it costs no thread hand-over (two wake-ups, ~20 µs).
+// Bodies above this are inspected on the work pool (ProxyContext::off_thread). On the io thread
+// a 4 MiB body held every other stream's next event back by 11-13 ms (docs/benchmarks.md, the
+// bigbody bench before this); a body of 64 KiB costs 1/64 of that and stays here, where it needs
+// no hand-over to another thread and back (two wake-ups).
 constexpr std::size_t kOffThreadBody = 64 * 1024;
 
 // Inspects a large body off the io thread. The request is not touched meanwhile: it is not yet

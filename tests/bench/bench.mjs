@@ -754,6 +754,29 @@ function wrkPostScript() {
 // ---------------------------------------------------------------------------------------------
 // 4. streaming
 
+// The paths to a fake replica's streams: direct, Fleetgate (and a baseline build when given),
+// HAProxy and nginx, each set up not to buffer events. Started processes go into procs.
+async function streamTargets(fake, procs, { baseline = null } = {}) {
+  const targets = { direct: { url: fake.url } };
+  const gw = { endpoints: [{ url: fake.url, slots: 1024 }], slots: 1024 };
+  targets.fleetgate = await startGateway(gw);
+  procs.push(targets.fleetgate.proc);
+  if (baseline) {
+    targets.baseline = await startGateway(gw, { bin: baseline });
+    procs.push(targets.baseline.proc);
+  }
+  if (HAS.haproxy) {
+    // Without http-no-delay HAProxy holds SSE events back by ~200 ms (it merges small sends).
+    targets.haproxy = await startHaproxy([{ addr: fake.addr }], { balance: 'roundrobin', noDelay: true });
+    procs.push(targets.haproxy.proc);
+  }
+  if (HAS.nginx) {
+    targets.nginx = await startNginx({ proxyTo: fake.addr, buffering: false });
+    procs.push(targets.nginx.proc);
+  }
+  return targets;
+}
+
 async function scenarioStreaming() {
   const chunks = 20;
   const interval = 20;
@@ -763,19 +786,9 @@ async function scenarioStreaming() {
   log(`streaming: paced SSE (${chunks} events, first after ${first} ms, then every ${interval} ms), ${C} streams`);
   const fake = await startFake({ chunks, intervalMs: interval, firstMs: first });
   const procs = [fake.proc];
-  const targets = { direct: { url: fake.url } };
+  let targets;
   try {
-    targets.fleetgate = await startGateway({ endpoints: [{ url: fake.url, slots: 1024 }], slots: 1024 });
-    procs.push(targets.fleetgate.proc);
-    if (HAS.haproxy) {
-      // Without http-no-delay HAProxy holds SSE events back by ~200 ms (it merges small sends).
-      targets.haproxy = await startHaproxy([{ addr: fake.addr }], { balance: 'roundrobin', noDelay: true });
-      procs.push(targets.haproxy.proc);
-    }
-    if (HAS.nginx) {
-      targets.nginx = await startNginx({ proxyTo: fake.addr, buffering: false });
-      procs.push(targets.nginx.proc);
-    }
+    targets = await streamTargets(fake, procs);
     const rows = [];
     const names = Object.keys(targets);
     for (let rep = 0; rep < REPEATS; rep++) {
@@ -870,24 +883,10 @@ async function scenarioBigbody() {
   log(`bigbody: ${C} paced SSE streams (an event every ${interval} ms), alone and while ${B} clients send ${fmt(bodyBytes / 1048576, 2)} MiB bodies`);
   const fake = await startFake({ chunks, intervalMs: interval, firstMs: interval, threads: 2 });
   const procs = [fake.proc];
-  const targets = { direct: { url: fake.url } };
   const baseline = process.env.FLEETGATE_BENCH_BASELINE_BIN;
+  let targets;
   try {
-    const gw = { endpoints: [{ url: fake.url, slots: 1024 }], slots: 1024 };
-    targets.fleetgate = await startGateway(gw);
-    procs.push(targets.fleetgate.proc);
-    if (baseline) {
-      targets.baseline = await startGateway(gw, { bin: baseline });
-      procs.push(targets.baseline.proc);
-    }
-    if (HAS.haproxy) {
-      targets.haproxy = await startHaproxy([{ addr: fake.addr }], { balance: 'roundrobin', noDelay: true });
-      procs.push(targets.haproxy.proc);
-    }
-    if (HAS.nginx) {
-      targets.nginx = await startNginx({ proxyTo: fake.addr, buffering: false });
-      procs.push(targets.nginx.proc);
-    }
+    targets = await streamTargets(fake, procs, { baseline });
     const rows = [];
     const names = Object.keys(targets);
     for (let rep = 0; rep < REPEATS; rep++) {

@@ -22,7 +22,10 @@ int make_eventfd() {
 }  // namespace
 
 OffThread::OffThread(boost::asio::any_io_executor io, WorkPool* pool)
-    : pool_(pool), wake_(io, make_eventfd()) {}
+    : pool_(pool), wake_(io, make_eventfd()) {
+  ready_.reserve(64);
+  taking_.reserve(64);
+}
 
 OffThread::~OffThread() {
   boost::system::error_code ignored;
@@ -73,16 +76,16 @@ void OffThread::arm() {
 void OffThread::drain() {
   std::uint64_t count = 0;
   (void)!::read(wake_.native_handle(), &count, sizeof count);  // resets it; EAGAIN when 0
-  std::vector<std::unique_ptr<WorkPool::Job>> done;
   {
     std::lock_guard lock(mutex_);
-    done.swap(ready_);
+    ready_.swap(taking_);  // taking_ was empty: ready_ keeps a capacity
   }
-  for (auto& completion : done) {
+  for (auto& completion : taking_) {
     --in_flight_;
-    completion->run();  // resumes the coroutine that waited
+    completion->run();  // resumes the coroutine that waited; it may start more work
     completion.reset();
   }
+  taking_.clear();
   if (in_flight_ > 0) {
     arm();
   }

@@ -17,6 +17,7 @@
 // free seen in the gateway; GCC PR 100611).
 
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <type_traits>
@@ -41,18 +42,28 @@ class OffThread {
   OffThread(const OffThread&) = delete;
   OffThread& operator=(const OffThread&) = delete;
 
+  // R (what work() returns) must be default-constructible and movable. An exception work()
+  // throws is rethrown by the co_await, on the io thread.
   template <class F>
   auto run(F work) -> boost::asio::awaitable<std::invoke_result_t<F&>> {
     namespace asio = boost::asio;
     using R = std::invoke_result_t<F&>;
-    co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(R)>(
+    co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&,
+                                            void(std::exception_ptr, R)>(
         [this](auto handler, F work) {
           start(WorkPool::make_job(
               [this, work = std::move(work), handler = std::move(handler)]() mutable {
-                R result = work();  // on a pool thread
+                // On a pool thread.
+                std::exception_ptr failure;
+                R result{};
+                try {
+                  result = work();
+                } catch (...) {
+                  failure = std::current_exception();
+                }
                 deliver(WorkPool::make_job(
-                    [handler = std::move(handler), result = std::move(result)]() mutable {
-                      std::move(handler)(std::move(result));  // on the io thread
+                    [handler = std::move(handler), failure, result = std::move(result)]() mutable {
+                      std::move(handler)(failure, std::move(result));  // on the io thread
                     }));
               }));
         },
@@ -71,9 +82,12 @@ class OffThread {
   WorkPool* pool_;
   boost::asio::posix::stream_descriptor wake_;  // an eventfd, readable once a result is ready
   std::mutex mutex_;                            // guards ready_
+  // Results delivered and not yet taken. Its capacity is kept (drain swaps it with taking_), so
+  // that a pool thread seldom allocates while it holds the lock.
   std::vector<std::unique_ptr<WorkPool::Job>> ready_;
-  std::size_t in_flight_ = 0;  // io thread only
-  bool armed_ = false;         // io thread only: a wait on wake_ is pending
+  std::vector<std::unique_ptr<WorkPool::Job>> taking_;  // io thread only
+  std::size_t in_flight_ = 0;                           // io thread only
+  bool armed_ = false;  // io thread only: a wait on wake_ is pending
 };
 
 }  // namespace fg::net

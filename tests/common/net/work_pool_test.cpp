@@ -14,6 +14,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -138,6 +139,29 @@ TEST(OffThread, AClosedPoolRunsTheWorkInline) {
   io.run_for(20s);
   ASSERT_TRUE(inline_run.has_value());
   EXPECT_TRUE(*inline_run);
+}
+
+// An exception thrown by the work on a pool thread reaches the coroutine, on the io thread,
+// instead of ending the process.
+TEST(OffThread, AnExceptionFromTheWorkIsRethrownByTheAwait) {
+  asio::io_context io{1};
+  WorkPool pool(1, 0);
+  OffThread off(io.get_executor(), &pool);
+  std::string caught;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto work = []() -> int { throw std::runtime_error("scan failed"); };
+        try {
+          co_await off.run(std::move(work));
+        } catch (const std::runtime_error& e) {
+          caught = e.what();
+        }
+      },
+      asio::detached);
+  io.run_for(20s);
+  EXPECT_EQ(caught, "scan failed");
+  EXPECT_EQ(off.in_flight(), 0u);
 }
 
 // A move-only result (the inspected body's findings hold strings and vectors) arrives whole.

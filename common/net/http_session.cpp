@@ -23,7 +23,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kReadChunk = 4 * 1024;
 // A body is read in larger pieces: a 4 MiB body took 1,024 reads (a system call, a coroutine
-// resumption and a parser call each) at 4 KiB; at 64 KiB, 64, each still short (~20 µs).
+// resumption and a parser call each) at 4 KiB; at 64 KiB, 64, each still a short step of the
+// io thread (a copy of 64 KiB). Back to back, 105 bodies/s instead of 72 (bigbody bench).
 constexpr std::size_t kBodyReadChunk = 64 * 1024;
 constexpr std::size_t kStreamReadChunk = 32 * 1024;  // within the buffer's size (serve_session)
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";

@@ -2,8 +2,9 @@
 
 // CPU work off the io thread: a few threads that run jobs handed to them. The gateway's one io
 // thread serves every connection; a job that takes milliseconds there delays every other
-// stream's events by as much (inspecting a 4 MiB request body: 11-13 ms in the bigbody bench). No Asio here: a job is a plain
-// callable, and the caller posts its completion back to its io thread (net/off_thread.hpp).
+// stream's events by as much (inspecting a 4 MiB request body: 11-13 ms in the bigbody bench).
+// No Asio here: a job is a plain callable; net::OffThread (net/off_thread.hpp) hands a job's
+// result back to the io thread.
 
 #include <cstddef>
 #include <memory>

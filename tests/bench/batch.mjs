@@ -32,7 +32,11 @@ function vm(pid) {
   return { rss: kb('VmRSS') / 1024, hwm: kb('VmHWM') / 1024 };
 }
 
-function gatewayYaml({ publicPort, adminPort, agents, slots, storage, batch }) {
+// timeScale: the phones run that many times faster than real time, so the routing knobs that
+// are durations of phone work shrink by as much, as in routing.mjs: hold_min_gain (1 s by
+// default) would otherwise be worth 100 simulated seconds at 100x, and an interactive review
+// would take a free slow phone (~111 s) rather than wait for a fast one (~28 s once it frees).
+function gatewayYaml({ publicPort, adminPort, agents, slots, storage, batch, timeScale = 1 }) {
   const endpoints = agents.map((a) => `      - {url: ${JSON.stringify(a.url)}, slots: ${slots}}`).join('\n');
   const section = (name, obj) =>
     `${name}:\n${Object.entries(obj)
@@ -49,6 +53,8 @@ models:
     endpoints:
 ${endpoints}
 routing:
+  hold_min_gain: ${Math.max(1, Math.round(1000 / timeScale))}ms
+  reserve_window: ${Math.max(1, Math.round(600000 / timeScale))}ms
   queue_max: 100000
   queue_timeout: 3600s
   request_timeout: 3600s
@@ -60,10 +66,10 @@ ${section('storage', storage)}${section('batch', batch)}log:
 }
 
 // A gateway on the given ports (kept across a restart), database and phones.
-async function startGateway(env, { dir, ports, agents, slots, storage, batch, procEnv }) {
+async function startGateway(env, { dir, ports, agents, slots, storage, batch, procEnv, timeScale }) {
   const [publicPort, adminPort] = ports;
   const file = path.join(dir, `fleetgate-${publicPort}.yaml`);
-  fs.writeFileSync(file, gatewayYaml({ publicPort, adminPort, agents, slots, storage, batch }));
+  fs.writeFileSync(file, gatewayYaml({ publicPort, adminPort, agents, slots, storage, batch, timeScale }));
   const started = performance.now();
   const proc = new Proc('fleetgate', env.BIN.gateway, ['--config', file], { env: { ...process.env, ...procEnv } });
   await waitForHttp(`http://127.0.0.1:${adminPort}/healthz`, { proc, timeoutMs: 30000 });
@@ -200,7 +206,7 @@ async function throughput(env, dir, rows) {
   let gw;
   try {
     gw = await startGateway(env, {
-      dir, ports: await freePorts(2), agents, slots: 1,
+      dir, ports: await freePorts(2), agents, slots: 1, timeScale: T,
       storage: { path: path.join(dir, 'throughput.db') },
       batch: { max_lines: 100000, poll_interval: '200ms' },
     });

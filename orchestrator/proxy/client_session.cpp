@@ -632,10 +632,11 @@ struct Inspected {
   std::optional<std::string> usage_body;
 };
 
-// What inspection needs besides the body, read on the io thread.
+// What inspection needs besides the body, read on the io thread. content_type views the
+// request's header, which, like the body, nobody touches while inspection runs.
 struct InspectAsk {
   openai::Api api{};
-  std::string content_type;
+  std::string_view content_type;
   // The prompt's block hashes: expected_finish needs them (its prompt-cache model),
   // least_loaded does not, and the scan then skips the hashing.
   bool want_blocks = false;
@@ -648,7 +649,7 @@ InspectAsk inspect_ask(ProxyContext* ctx, const config::Config& config, const Pr
   InspectAsk ask;
   ask.api = route->api;
   const auto type = request[http::field::content_type];
-  ask.content_type.assign(type.data(), type.size());
+  ask.content_type = std::string_view(type.data(), type.size());
   ask.want_blocks = ctx->broker->scheduler().wants_prompt_blocks();
   ask.key = ctx->prompt_key;
   // Streams whose client did not ask for usage: ask the replica anyway (token counts for logs
@@ -675,7 +676,8 @@ constexpr std::size_t kOffThreadBody = 64 * 1024;
 
 // Inspects a large body off the io thread. The request is not touched meanwhile: it is not yet
 // queued, and nothing reads its body until this returns. Only pointers go in: GCC 12 destroyed a
-// temporary InspectAsk built in the caller's co_await expression twice (a double free).
+// temporary holding a std::string built in the caller's co_await expression twice (a double
+// free), so the work is built here, named.
 asio::awaitable<std::unique_ptr<Inspected>> inspect_off_thread(ProxyContext* ctx,
                                                                const config::Config* config,
                                                                const ProxiedRoute* route,

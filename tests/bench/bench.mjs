@@ -931,31 +931,25 @@ async function scenarioBigbody() {
     }
     // What the bodies add on a path beyond what they add on the direct path in the same repeat.
     const direct = (rep, key) => rows.find((r) => r.target === 'direct' && r.repeat === rep)[key];
-    const table = names.map((name) => {
-      const rs = rows.filter((r) => r.target === name);
-      const d = name === 'direct';
-      const added = (key) => fmtSpread(rs.map((r) => (r[key] - direct(r.repeat, key)) * 1000), 0);
-      return [
-        name === 'baseline' ? `Fleetgate (baseline: ${path.basename(baseline)})` : label(name),
-        fmtSpread(rs.map((r) => r.quiet_gap_p99_ms), 2), fmtSpread(rs.map((r) => r.busy_gap_p99_ms), 2),
-        fmtSpread(rs.map((r) => r.busy_gap_p999_ms), 2), fmtSpread(rs.map((r) => r.busy_gap_max_ms), 2),
-        d ? '–' : added('busy_gap_p99_ms'), d ? '–' : added('busy_gap_p999_ms'),
-        fmtSpread(rs.map((r) => r.bodies_per_s), 1), fmtSpread(rs.map((r) => r.body_p50_ms), 0),
-        rs.reduce((sum, r) => sum + r.errors, 0),
-      ];
-    });
-    const pacedTable = names.map((name) => {
-      const rs = rows.filter((r) => r.target === name);
-      const d = name === 'direct';
-      const added = (key) => fmtSpread(rs.map((r) => (r[key] - direct(r.repeat, key)) * 1000), 0);
-      return [
-        name === 'baseline' ? `Fleetgate (baseline: ${path.basename(baseline)})` : label(name),
-        fmtSpread(rs.map((r) => r.paced_gap_p99_ms), 2), fmtSpread(rs.map((r) => r.paced_gap_p999_ms), 2),
-        fmtSpread(rs.map((r) => r.paced_gap_max_ms), 2),
-        d ? '–' : added('paced_gap_p99_ms'), d ? '–' : added('paced_gap_p999_ms'), d ? '–' : added('paced_gap_max_ms'),
-        fmtSpread(rs.map((r) => r.paced_body_p50_ms), 0),
-      ];
-    });
+    // One row per path: its label, then cells({col, added, rs}): col(key, digits) the spread of a
+    // column over the repeats, added(key) the same minus the direct path's, in µs.
+    const tableOf = (cells) =>
+      names.map((name) => {
+        const rs = rows.filter((r) => r.target === name);
+        const col = (key, digits) => fmtSpread(rs.map((r) => r[key]), digits);
+        const added = (key) =>
+          name === 'direct' ? '–' : fmtSpread(rs.map((r) => (r[key] - direct(r.repeat, key)) * 1000), 0);
+        return [name === 'baseline' ? `Fleetgate (baseline: ${path.basename(baseline)})` : label(name), ...cells({ col, added, rs })];
+      });
+    const table = tableOf(({ col, added, rs }) => [
+      col('quiet_gap_p99_ms', 2), col('busy_gap_p99_ms', 2), col('busy_gap_p999_ms', 2), col('busy_gap_max_ms', 2),
+      added('busy_gap_p99_ms'), added('busy_gap_p999_ms'), col('bodies_per_s', 1), col('body_p50_ms', 0),
+      rs.reduce((sum, r) => sum + r.errors, 0),
+    ]);
+    const pacedTable = tableOf(({ col, added }) => [
+      col('paced_gap_p99_ms', 2), col('paced_gap_p999_ms', 2), col('paced_gap_max_ms', 2),
+      added('paced_gap_p99_ms'), added('paced_gap_p999_ms'), added('paced_gap_max_ms'), col('paced_body_p50_ms', 0),
+    ]);
     const md = `### 9. Large bodies beside streams: ${C} paced streams, ${B} clients sending ${fmt(bodyBytes / 1048576, 2)} MiB bodies
 
 ${C} streaming clients read paced SSE streams (an event every ${interval} ms from the fake replica), first

@@ -29,6 +29,8 @@
 
 namespace fg::net {
 
+class OffThread;
+
 struct SessionLimits {
   std::size_t header_limit = 16 * 1024;
   std::uint64_t body_limit = 4 * 1024 * 1024;
@@ -136,6 +138,9 @@ struct SessionHooks {
   std::function<void(std::string_view reason)> count;
   std::mt19937_64* id_rng = nullptr;  // request ids
   SessionTracker* tracker = nullptr;  // optional: sessions a drain waits for
+  // Optional. A request body larger than kDisposeBody is freed there once its request is done,
+  // not on the io thread (a 4 MiB body's munmap).
+  OffThread* off_thread = nullptr;
 };
 
 // Serves one connection until it closes, a request asks to close, or reading fails.

@@ -1,5 +1,6 @@
 #include "common/net/work_pool.hpp"
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,8 +18,7 @@ namespace fg::net {
 struct WorkPool::State {
   std::size_t max_threads = 1;
   std::size_t max_queued = 0;
-  int nice = 0;
-  int base_nice = 0;  // the creating thread's nice value
+  Priority priority = Priority::same;
   mutable std::mutex mutex;
   std::condition_variable wake;
   std::deque<std::unique_ptr<Job>> queue;
@@ -27,14 +27,11 @@ struct WorkPool::State {
   bool closed = false;
 };
 
-WorkPool::WorkPool(std::size_t max_threads, int nice, std::size_t max_queued)
+WorkPool::WorkPool(std::size_t max_threads, Priority priority, std::size_t max_queued)
     : state_(std::make_unique<State>()) {
   state_->max_threads = max_threads == 0 ? 1 : max_threads;
   state_->max_queued = max_queued;
-  state_->nice = nice;
-  errno = 0;
-  const int base = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
-  state_->base_nice = errno == 0 ? base : 0;
+  state_->priority = priority;
 }
 
 WorkPool::~WorkPool() {
@@ -74,10 +71,13 @@ std::size_t WorkPool::threads() const {
 }
 
 void WorkPool::work() {
-  if (state_->nice != 0) {
-    // Per thread on Linux. Failing (a container that forbids it) only loses the preference.
-    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)),
-                        state_->base_nice + state_->nice);
+  if (state_->priority == Priority::idle) {
+    // Per thread on Linux (the new thread inherited its creator's policy). Lowering one's own
+    // priority needs no privilege; should it fail anyway, nice 19 keeps most of the preference.
+    sched_param param{};
+    if (::sched_setscheduler(0, SCHED_IDLE, &param) != 0) {
+      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+    }
   }
   std::unique_lock lock(state_->mutex);
   for (;;) {

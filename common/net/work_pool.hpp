@@ -19,10 +19,20 @@ class WorkPool {
     virtual void run() = 0;
   };
 
-  // threads are started as jobs need them, at most max_threads; each runs `nice` steps nicer than
-  // the thread that made the pool (setpriority on the thread), so that on a busy machine the io
-  // thread comes first. Jobs beyond the threads wait in a queue of at most max_queued.
-  WorkPool(std::size_t max_threads, int nice, std::size_t max_queued = 4096);
+  enum class Priority {
+    same,  // as the thread that made the pool
+    // SCHED_IDLE: an ordinary thread that wakes up (the io thread with a stream's next event)
+    // takes the core from a pool thread at once. With nice +10 instead, the kernel let the pool
+    // thread finish its slice first: a 4 MiB body scanned beside 16 streams delayed their events
+    // by +1.5 ms at p99; with SCHED_IDLE, +0.6 ms (bigbody bench, docs/benchmarks.md). The cost:
+    // on cores kept busy by ordinary threads the pool gets a tiny share (weight 3 against 1024),
+    // so a full queue is the back-pressure (OffThread then runs the work inline). Where the
+    // system refuses SCHED_IDLE, the threads run at nice 19.
+    idle,
+  };
+  // threads are started as jobs need them, at most max_threads, each at `priority`. Jobs beyond
+  // the threads wait in a queue of at most max_queued.
+  WorkPool(std::size_t max_threads, Priority priority, std::size_t max_queued = 4096);
   // close(), then waits for the jobs running now (queued ones are destroyed unrun).
   ~WorkPool();
   WorkPool(const WorkPool&) = delete;

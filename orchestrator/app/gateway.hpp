@@ -83,8 +83,8 @@ class Gateway {
   // not taken), then io_. off_thread_ is given the pool's address before the pool is built; it
   // uses it only once io_ runs.
   net::OffThread off_thread_{io_.get_executor(), &work_pool_};
-  // Two threads, 10 steps nicer than the io thread: on a busy machine the io thread comes first.
-  net::WorkPool work_pool_{2, 10};
+  // Two threads under SCHED_IDLE: the io thread takes a core from them as soon as it wakes.
+  net::WorkPool work_pool_{2, net::WorkPool::Priority::idle, 10};
 
   std::unique_ptr<fleet::FleetManager> fleet_;
   std::unique_ptr<fleet::LocalFleet> local_fleet_;

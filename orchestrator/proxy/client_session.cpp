@@ -874,6 +874,7 @@ net::SessionHooks public_session_hooks(ProxyContext* ctx) {
   };
   hooks.id_rng = &id_rng();
   hooks.tracker = ctx->sessions;
+  hooks.off_thread = ctx->off_thread;
   return hooks;
 }
 

@@ -3,13 +3,10 @@
 // coroutine resumes on the io thread with the result, and a closed pool runs the work inline
 // instead of losing it. Each test ends on its events; waits have deadlines, never sleeps.
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -34,7 +31,7 @@ namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
 TEST(WorkPool, RunsJobsOnItsThreadsAndStartsThemOnlyAsNeeded) {
-  WorkPool pool(2, 0);
+  WorkPool pool(2, WorkPool::Priority::same);
   EXPECT_EQ(pool.threads(), 0u);
   std::promise<std::thread::id> ran;
   auto job = WorkPool::make_job([&ran] { ran.set_value(std::this_thread::get_id()); });
@@ -47,7 +44,7 @@ TEST(WorkPool, RunsJobsOnItsThreadsAndStartsThemOnlyAsNeeded) {
 }
 
 TEST(WorkPool, AClosedPoolRefusesAndLeavesTheJobToTheCaller) {
-  WorkPool pool(1, 0);
+  WorkPool pool(1, WorkPool::Priority::same);
   pool.close();
   bool ran = false;
   auto job = WorkPool::make_job([&ran] { ran = true; });
@@ -58,7 +55,7 @@ TEST(WorkPool, AClosedPoolRefusesAndLeavesTheJobToTheCaller) {
 }
 
 TEST(WorkPool, AFullQueueRefuses) {
-  WorkPool pool(1, 0, /*max_queued=*/1);
+  WorkPool pool(1, WorkPool::Priority::same, /*max_queued=*/1);
   std::promise<void> release;
   auto released = release.get_future().share();
   std::promise<void> started;
@@ -75,27 +72,32 @@ TEST(WorkPool, AFullQueueRefuses) {
   release.set_value();
 }
 
-TEST(WorkPool, RunsNicerThanItsCreator) {
-  WorkPool pool(1, 10);
-  std::promise<int> nice;
-  auto job = WorkPool::make_job([&nice] {
-    errno = 0;
-    nice.set_value(::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid))));
-  });
+TEST(WorkPool, IdlePriorityRunsJobsUnderSchedIdle) {
+  WorkPool pool(1, WorkPool::Priority::idle);
+  std::promise<int> policy;
+  auto job = WorkPool::make_job([&policy] { policy.set_value(::sched_getscheduler(0)); });
   ASSERT_TRUE(pool.submit(job));
-  auto value = nice.get_future();
+  auto value = policy.get_future();
   ASSERT_EQ(value.wait_for(10s), std::future_status::ready);
-  errno = 0;
-  const int mine = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
-  // At most 19: a creator already at 10 or more gets the ceiling.
-  EXPECT_EQ(value.get(), std::min(mine + 10, 19));
+  EXPECT_EQ(value.get(), SCHED_IDLE);
+  EXPECT_EQ(::sched_getscheduler(0), SCHED_OTHER);  // the creator's own policy is untouched
+}
+
+TEST(WorkPool, SamePriorityKeepsTheCreatorsPolicy) {
+  WorkPool pool(1, WorkPool::Priority::same);
+  std::promise<int> policy;
+  auto job = WorkPool::make_job([&policy] { policy.set_value(::sched_getscheduler(0)); });
+  ASSERT_TRUE(pool.submit(job));
+  auto value = policy.get_future();
+  ASSERT_EQ(value.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(value.get(), ::sched_getscheduler(0));
 }
 
 // The io thread keeps serving while the work runs: the work waits for a handler that only the io
 // thread can run. Inline work would wait for itself; the deadline turns that into a failure.
 TEST(OffThread, TheIoThreadServesOthersWhileTheWorkRunsAndResumesWithItsResult) {
   asio::io_context io{1};
-  WorkPool pool(1, 0);
+  WorkPool pool(1, WorkPool::Priority::same);
   OffThread off_pool(io.get_executor(), &pool);
   const auto io_thread = std::this_thread::get_id();
   auto io_served = std::make_shared<std::promise<void>>();
@@ -124,7 +126,7 @@ TEST(OffThread, TheIoThreadServesOthersWhileTheWorkRunsAndResumesWithItsResult) 
 
 TEST(OffThread, AClosedPoolRunsTheWorkInline) {
   asio::io_context io{1};
-  WorkPool pool(1, 0);
+  WorkPool pool(1, WorkPool::Priority::same);
   OffThread off(io.get_executor(), &pool);
   pool.close();
   const auto io_thread = std::this_thread::get_id();
@@ -145,7 +147,7 @@ TEST(OffThread, AClosedPoolRunsTheWorkInline) {
 // instead of ending the process.
 TEST(OffThread, AnExceptionFromTheWorkIsRethrownByTheAwait) {
   asio::io_context io{1};
-  WorkPool pool(1, 0);
+  WorkPool pool(1, WorkPool::Priority::same);
   OffThread off(io.get_executor(), &pool);
   std::string caught;
   asio::co_spawn(
@@ -167,7 +169,7 @@ TEST(OffThread, AnExceptionFromTheWorkIsRethrownByTheAwait) {
 // A move-only result (the inspected body's findings hold strings and vectors) arrives whole.
 TEST(OffThread, MoveOnlyResultsAndManyAtOnce) {
   asio::io_context io{1};
-  WorkPool pool(2, 0);
+  WorkPool pool(2, WorkPool::Priority::same);
   OffThread off_pool(io.get_executor(), &pool);
   std::unique_ptr<std::string> got;
   asio::co_spawn(

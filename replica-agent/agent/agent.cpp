@@ -155,7 +155,8 @@ Agent::Agent(AgentConfig config) : signals_(io_, SIGTERM, SIGINT), drain_timer_(
     model_ = std::make_unique<ModelFetcher>(io_.get_executor(), ctx);
   }
   tunnel_ = make_tunnel(io_.get_executor(), ctx, std::move(tunnel_key), std::move(bridge_socket));
-  hooks_ = agent_session_hooks(ctx, AgentServices{engine_.get(), registrar_.get(), model_.get()});
+  hooks_ = agent_session_hooks(
+      ctx, AgentServices{engine_.get(), registrar_.get(), model_.get(), &off_thread_});
   listener_ = std::make_unique<net::Listener>(
       io_.get_executor(), cfg.listen, server_tls,
       [this](std::unique_ptr<net::Conn> conn) {

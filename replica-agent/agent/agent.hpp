@@ -7,7 +7,9 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "common/net/http_session.hpp"
+#include "common/net/off_thread.hpp"
 #include "common/net/server.hpp"
+#include "common/net/work_pool.hpp"
 #include "replica-agent/config/agent_config.hpp"
 #include "replica-agent/core/context.hpp"
 
@@ -43,6 +45,13 @@ class Agent {
   std::unique_ptr<AgentContext> ctx_;
   net::SessionHooks hooks_;
   boost::asio::io_context io_;
+  // Large request bodies are examined on work_pool_ (AgentServices::off_thread), as in the
+  // gateway (orchestrator/app/gateway.hpp, which says why this order): the pool is destroyed
+  // first, then off_thread_, then io_.
+  net::OffThread off_thread_{io_.get_executor(), &work_pool_};
+  // Two threads under SCHED_IDLE: the io thread, which relays the other slots' streams, takes a
+  // core from them as soon as it wakes.
+  net::WorkPool work_pool_{2, net::WorkPool::Priority::idle, 10};
   std::unique_ptr<net::Listener> listener_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Registrar> registrar_;

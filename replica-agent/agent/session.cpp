@@ -14,6 +14,7 @@
 #include "common/log/log.hpp"
 #include "common/net/http_io.hpp"
 #include "common/net/http_session.hpp"
+#include "common/net/off_thread.hpp"
 #include "common/openai/errors.hpp"
 #include "common/openai/inspect.hpp"
 #include "common/util/json.hpp"
@@ -266,6 +267,46 @@ void log_request(AgentContext& ctx, const RequestRecord& record) {
               std::chrono::duration<double, std::milli>(Clock::now() - record.start).count()}});
 }
 
+// Bodies larger than this are examined (the scan, the DOM parse, the prompt's text) on the
+// agent's work pool instead of the io thread, which meanwhile relays the other slots' streams:
+// the same threshold as the gateway's (orchestrator/proxy/client_session.cpp).
+constexpr std::size_t kOffThreadBody = 64 * 1024;
+
+// What handle_inference needs from a request body: a refusal, or the request's facts, its DOM
+// (the sim engine reads sampling fields from it) and the prompt's text (the slots' prefix
+// caches). A plain function of its inputs, so that it may run on a pool thread.
+struct Examined {
+  std::optional<Reply> refusal;
+  std::optional<openai::RequestInfo> info;
+  nlohmann::json body;
+  std::string prompt;
+};
+
+Examined examine(Endpoint endpoint, const net::Request& request, const std::string& model) {
+  Examined out;
+  auto inspected = openai::inspect_request(request[http::field::content_type], request.body());
+  if (auto* error = std::get_if<openai::InspectError>(&inspected)) {
+    out.refusal = error_reply(static_cast<unsigned>(error->status), error->message, error->code,
+                              error->param);
+    return out;
+  }
+  out.info = std::move(std::get<openai::RequestInfo>(inspected));
+  if (out.info->model != model) {
+    out.refusal = error_reply(404,
+                              "the model '" + out.info->model +
+                                  "' does not exist on this replica (it serves '" + model + "')",
+                              "model_not_found", "model");
+    return out;
+  }
+  out.body = parse_network_json(request.body());
+  if (auto bad = check_prompt_field(endpoint, out.body)) {
+    out.refusal = std::move(bad);
+    return out;
+  }
+  out.prompt = sim::extract_prompt_text(out.body);
+  return out;
+}
+
 // Admits, plans and answers one completion request. Returns whether the connection may carry
 // another request.
 asio::awaitable<bool> handle_inference(AgentContext* ctx, AgentServices services,
@@ -281,8 +322,7 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, AgentServices services
   };
   std::optional<Reply> refusal;
 
-  std::optional<openai::RequestInfo> info;
-  nlohmann::json body;
+  Examined examined;
   if (ctx->sessions.draining()) {
     refusal = refuse(
         error_reply(503, "this replica is shutting down; retry on another", "shutting_down"));
@@ -291,25 +331,26 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, AgentServices services
     refusal = refuse(error_reply(503, "the model is still loading on this replica; retry later",
                                  "model_loading"));
     refusal->headers.emplace_back("Retry-After", "5");
+  } else if (request->body().size() > kOffThreadBody && services.off_thread != nullptr) {
+    auto work = [endpoint, request, model = &ctx->config.model] {
+      return examine(endpoint, *request, *model);
+    };
+    examined = co_await services.off_thread->run(std::move(work));
   } else {
-    auto inspected =
-        openai::inspect_request((*request)[http::field::content_type], request->body());
-    if (auto* error = std::get_if<openai::InspectError>(&inspected)) {
-      refusal = refuse(error_reply(static_cast<unsigned>(error->status), error->message,
-                                   error->code, error->param));
-    } else {
-      info = std::get<openai::RequestInfo>(inspected);
-      body = parse_network_json(request->body());
-      if (info->model != ctx->config.model) {
-        refusal = refuse(error_reply(404,
-                                     "the model '" + info->model +
-                                         "' does not exist on this replica (it serves '" +
-                                         ctx->config.model + "')",
-                                     "model_not_found", "model"));
-      } else if (auto bad = check_prompt_field(endpoint, body)) {
-        refusal = refuse(std::move(*bad));
+    examined = examine(endpoint, *request, ctx->config.model);
+  }
+  // The body's DOM (thousands of nodes for a large prompt) is freed off the io thread too.
+  struct Dispose {
+    net::OffThread* off;
+    nlohmann::json* body;
+    ~Dispose() {
+      if (off != nullptr && !body->is_null()) {
+        off->dispose(std::move(*body));
       }
     }
+  } dispose{services.off_thread, &examined.body};
+  if (!refusal && examined.refusal) {
+    refusal = refuse(std::move(*examined.refusal));
   }
   if (refusal) {
     bool again = co_await send_reply(r, shaped(std::move(*refusal), endpoint));
@@ -317,7 +358,9 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, AgentServices services
     co_return again;
   }
 
-  const std::string prompt = sim::extract_prompt_text(body);
+  std::optional<openai::RequestInfo>& info = examined.info;
+  const nlohmann::json& body = examined.body;
+  const std::string& prompt = examined.prompt;
   if (answers_whole(endpoint)) {
     info->stream = false;
   }
@@ -456,6 +499,7 @@ net::SessionHooks agent_session_hooks(AgentContext* ctx, AgentServices services)
   // A drain closes idle connections; one opened during a drain still reads its request so that
   // it can be answered 503.
   hooks.tracker = &ctx->sessions;
+  hooks.off_thread = services.off_thread;
   return hooks;
 }
 

@@ -4,6 +4,10 @@
 #include "replica-agent/core/context.hpp"
 #include "replica-agent/engines/engine.hpp"
 
+namespace fg::net {
+class OffThread;
+}
+
 namespace fg::agent {
 
 class Registrar;
@@ -15,6 +19,8 @@ struct AgentServices {
   Engine* engine = nullptr;
   const Registrar* registrar = nullptr;  // its secret answers the gateway's URL challenge
   const ModelFetcher* model = nullptr;   // the model download's progress, in /health
+  // Large request bodies are examined there, off the io thread; null: on the io thread.
+  net::OffThread* off_thread = nullptr;
 };
 
 // What the agent's sessions (net::serve_session) do: HTTP/1.1 keep-alive, /health, /metrics, the

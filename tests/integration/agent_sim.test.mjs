@@ -320,6 +320,27 @@ describe('OpenAI responses (fast-test profile)', () => {
     }
   });
 
+  test('bodies over 64 KiB (examined off the io thread): answered, prompt read, refusals the same', async () => {
+    // 100,000 characters of prompt: 25,000 tokens, 1.25 s of prefill at fast-test's 20,000 tok/s.
+    const content = 'Refund 77 from a new device. '.repeat(3449).slice(0, 100_000);
+    let res = await post(agent, '/v1/chat/completions', chatBody(content, { max_tokens: 2 }));
+    assert.equal(res.status, 200);
+    let body = await res.json();
+    assert.equal(body.usage.prompt_tokens, tokensFor(content.length));
+    assert.equal(body.usage.completion_tokens, 2);
+
+    res = await post(agent, '/v1/chat/completions', chatBody(content, { model: 'other-model' }));
+    assert.equal(res.status, 404);
+    assert.equal((await res.json()).error.code, 'model_not_found');
+    res = await post(agent, '/v1/chat/completions', { model: MODEL, messages: content });
+    assert.equal(res.status, 400);
+    assert.equal((await res.json()).error.param, 'messages');
+    res = await post(agent, '/v1/chat/completions', `{"model":"${MODEL}","messages":[{"content":"${content}`);
+    assert.equal(res.status, 400);
+    assert.equal((await res.json()).error.code, 'invalid_json');
+    assert.equal((await health(agent)).slots_idle, 1);
+  });
+
   test('bad input: 400, 404, 405, 415, never a crash', async () => {
     let res = await post(agent, '/v1/chat/completions', '{"model":');
     assert.equal(res.status, 400);

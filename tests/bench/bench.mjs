@@ -24,6 +24,7 @@
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -217,12 +218,41 @@ async function startFake({ chunks = 20, intervalMs = 20, firstMs = 0, delayMs = 
   return { proc, addr, url: `http://${addr}` };
 }
 
+// An https fake replica for the probe phase: one Node https server (this process) with a
+// self-signed certificate for 127.0.0.1 that the gateway is given as upstream.ca_file. It answers
+// GET .../health with {"status":"ok"} and keeps connections open far longer than the probe
+// interval (Node closes idle ones after 5 s by default, which would turn every probe into a new
+// TLS handshake). Stopped through the returned proc's stop(), as the other processes are.
+async function startTlsFake() {
+  const dir = fs.mkdtempSync(path.join(TMP, 'tls-fake-'));
+  const key = path.join(dir, 'key.pem');
+  const cert = path.join(dir, 'cert.pem');
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+    '-keyout', key, '-out', cert, '-days', '2', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'],
+  { stdio: ['ignore', 'pipe', 'pipe'] });
+  const server = https.createServer({ key: fs.readFileSync(key), cert: fs.readFileSync(cert) }, (req, res) => {
+    const body = '{"status":"ok"}';
+    res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) });
+    res.end(body);
+  });
+  server.keepAliveTimeout = 600_000;
+  server.headersTimeout = 0;
+  server.requestTimeout = 0;
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const addr = `127.0.0.1:${server.address().port}`;
+  const proc = {
+    pid: process.pid,
+    stop: () => new Promise((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }),
+  };
+  return { proc, pid: process.pid, addr, url: `https://${addr}`, caFile: cert };
+}
+
 function yamlString(s) {
   return JSON.stringify(s);
 }
 
 // endpoints: [{url, slots}]
-function gatewayYaml({ publicPort, adminPort, endpoints, slots = 1, extra = '', modelExtra = '', maxIdle = 256, serverExtra = '' }) {
+function gatewayYaml({ publicPort, adminPort, endpoints, slots = 1, extra = '', modelExtra = '', maxIdle = 256, serverExtra = '', upstreamExtra = '' }) {
   const eps = endpoints.length
     ? endpoints.map((e) => `      - {url: ${yamlString(e.url)}, slots: ${e.slots ?? slots}}`).join('\n')
     : '      []';
@@ -241,7 +271,7 @@ routing:
   queue_timeout: 600s
 upstream:
   max_idle_per_replica: ${maxIdle}
-${extra}log:
+${upstreamExtra}${extra}log:
   level: warn
 `;
 }
@@ -1034,6 +1064,104 @@ async function loadBodies({ url, bodyFile, connections, duration }) {
 // ---------------------------------------------------------------------------------------------
 // 5. scale: many held streams; many registered replicas probed
 
+// scale, phase A: `replicas` registered replicas probed every 5 s. tls: the replicas are https
+// (one Node https server with a test certificate, keep-alive; the gateway trusts it through
+// upstream.ca_file) instead of the plain http fake.
+async function probePhase({ replicas, tls }) {
+  const rows = [];
+  let md = '';
+  const scheme = tls ? 'https' : 'http';
+  const fakes = tls ? [await startTlsFake()] : [await startFake(), await startFake()];
+  const env = { FLEETGATE_BENCH_REGISTRATION_TOKEN: 'bench-registration-token' };
+  const extra = `registration:
+  token_env: FLEETGATE_BENCH_REGISTRATION_TOKEN
+  allowed_urls: ["${tls ? 'https' : 'http'}://127.0.0.1:*/*"]
+  # The fake replicas cannot answer the URL challenge (a replica secret's HMAC); without this no
+  # replica became healthy and the challenge retries were measured instead of the probes.
+  url_challenge: false
+  heartbeat_interval: 3600s
+  expire_after: 7200s
+health:
+  interval: 5s
+  timeout: 3s
+`;
+  const upstreamExtra = tls ? `  ca_file: ${yamlString(fakes[0].caFile)}\n` : '';
+  const gw = await startGateway({ endpoints: [], slots: 2, extra, upstreamExtra }, { env });
+  try {
+    const rssIdle = rssMiB(gw.pid);
+    log(`scale: registering ${replicas} ${scheme} replicas`);
+    const t0 = Date.now();
+    let next = 0;
+    let failed = 0;
+    const worker = async () => {
+      while (next < replicas) {
+        const i = next++;
+        const fake = fakes[i % fakes.length];
+        const res = await fetch(`${gw.admin}/admin/v1/replicas/register`, {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${env.FLEETGATE_BENCH_REGISTRATION_TOKEN}` },
+          body: JSON.stringify({ url: `${fake.url}/r${i}`, model: MODEL, slots: 2, agent_version: 'bench' }),
+        });
+        await res.arrayBuffer();
+        if (res.status !== 200) failed++;
+      }
+    };
+    await Promise.all(Array.from({ length: 16 }, worker));
+    const registerSeconds = (Date.now() - t0) / 1000;
+    if (failed) problems.push(`scale: ${failed} registrations failed`);
+    // Wait until they are all proven healthy (two passing probes, ~5-10 s).
+    let healthy = 0;
+    const deadline = Date.now() + 30000;
+    while (Date.now() < deadline) {
+      const fleet = await (await fetch(`${gw.admin}/admin/v1/fleet`)).json();
+      const m = (fleet.models ?? []).find((x) => x.model === MODEL);
+      healthy = m?.healthy ?? 0;
+      if (healthy >= replicas) break;
+      await sleep(1000);
+    }
+    log(`scale: ${replicas} registered in ${fmt(registerSeconds, 1)} s, ${healthy} healthy; measuring probe CPU`);
+    const windows = [];
+    const W = QUICK ? 4 : 30;
+    // Per probe: the expected rate (replicas / health.interval), not a count from /metrics (a
+    // scrape of 5,000 histograms would cost the gateway more CPU than the window measures).
+    const probesPerS = replicas / 5;
+    for (let rep = 0; rep < REPEATS; rep++) {
+      const cpu = new CpuWindow(gw.pid);
+      const wakeups0 = wakeups(gw.pid);
+      const fakeCpu = fakes.map((f) => new CpuWindow(f.pid ?? f.proc.pid));
+      await sleep(W * 1000);
+      const used = cpu.read();
+      const probes = probesPerS * used.wall;
+      windows.push({
+        repeat: rep + 1, phase: tls ? 'probing-https' : 'probing', replicas, healthy, cpu_pct: used.percent,
+        cpu_us_per_probe: (1e6 * used.cpu) / probes,
+        wakeups_per_probe: (wakeups(gw.pid) - wakeups0) / probes,
+        rss_mib: rssMiB(gw.pid), fds: openFds(gw.pid), window_s: used.wall,
+        register_s: registerSeconds, rss_idle_mib: rssIdle,
+        fake_cpu_pct: fakeCpu.reduce((s, c) => s + c.read().percent, 0),
+      });
+      log(`  probing ${replicas} ${scheme} replicas: gateway CPU ${fmt(used.percent, 2)}% of a core, RSS ${fmt(rssMiB(gw.pid), 1)} MiB`);
+    }
+    rows.push(...windows);
+    const ws = windows;
+    md += `**${replicas} registered ${scheme} replicas**${tls ? ' (one Node https server, TLS 1.3, a P-256 certificate)' : ''}, probed every 5 s (GET /health, keep-alive), no traffic, CPU over ${W} s windows
+(${REPEATS} repeat(s)); registering them all took ${fmt(registerSeconds, 1)} s (16 concurrent POSTs); ${healthy} became healthy.
+
+${markdownTable(
+['replicas', 'probes/s (expected)', 'gateway CPU % of a core', 'CPU µs per probe', 'wake-ups per probe', 'gateway RSS MiB', 'RSS before MiB', 'gateway fds'],
+[[replicas, fmt(probesPerS, 0), fmtSpread(ws.map((w) => w.cpu_pct), 2), fmtSpread(ws.map((w) => w.cpu_us_per_probe), 1), fmtSpread(ws.map((w) => w.wakeups_per_probe), 3), fmtSpread(ws.map((w) => w.rss_mib), 1), fmt(rssIdle, 1), fmt(median(ws.map((w) => w.fds)), 0)]],
+)}
+
+"wake-ups per probe": the gateway's voluntary context switches (a thread going to sleep, then
+woken) over the window, per expected probe.
+
+`;
+  } finally {
+    await stopAll([gw.proc, ...fakes.map((f) => f.proc)]);
+  }
+  return { rows, md };
+}
+
 async function scenarioScale() {
   const limit = fdLimit();
   const hard = Math.min(limit?.soft ?? 1024, limit?.hard ?? 1024);
@@ -1052,99 +1180,20 @@ async function scenarioScale() {
 
   // FLEETGATE_BENCH_SCALE=replicas or =streams runs one phase only (before/after comparisons).
   const only = process.env.FLEETGATE_BENCH_SCALE ?? '';
-  // Phase A: registered replicas, probed every 5 s (health defaults), no traffic.
+  // Phase A: registered replicas, probed every 5 s (health defaults), no traffic: plain http
+  // replicas (the fake), then https ones (phones have HTTPS addresses): FLEETGATE_BENCH_SCALE=
+  // replicas runs both, =http or =https one.
   if (only !== 'streams') {
-    const fakes = [await startFake(), await startFake()];
-    const env = { FLEETGATE_BENCH_REGISTRATION_TOKEN: 'bench-registration-token' };
-    const extra = `registration:
-  token_env: FLEETGATE_BENCH_REGISTRATION_TOKEN
-  allowed_urls: ["http://127.0.0.1:*/*"]
-  # The fake replicas cannot answer the URL challenge (a replica secret's HMAC); without this no
-  # replica became healthy and the challenge retries were measured instead of the probes.
-  url_challenge: false
-  heartbeat_interval: 3600s
-  expire_after: 7200s
-health:
-  interval: 5s
-  timeout: 3s
-`;
-    const gw = await startGateway({ endpoints: [], slots: 2, extra }, { env });
-    try {
-      const rssIdle = rssMiB(gw.pid);
-      log(`scale: registering ${replicas} replicas`);
-      const t0 = Date.now();
-      let next = 0;
-      let failed = 0;
-      const worker = async () => {
-        while (next < replicas) {
-          const i = next++;
-          const fake = fakes[i % fakes.length];
-          const res = await fetch(`${gw.admin}/admin/v1/replicas/register`, {
-            method: 'POST',
-            headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${env.FLEETGATE_BENCH_REGISTRATION_TOKEN}` },
-            body: JSON.stringify({ url: `${fake.url}/r${i}`, model: MODEL, slots: 2, agent_version: 'bench' }),
-          });
-          await res.arrayBuffer();
-          if (res.status !== 200) failed++;
-        }
-      };
-      await Promise.all(Array.from({ length: 16 }, worker));
-      const registerSeconds = (Date.now() - t0) / 1000;
-      if (failed) problems.push(`scale: ${failed} registrations failed`);
-      // Wait until they are all proven healthy (two passing probes, ~5-10 s).
-      let healthy = 0;
-      const deadline = Date.now() + 30000;
-      while (Date.now() < deadline) {
-        const fleet = await (await fetch(`${gw.admin}/admin/v1/fleet`)).json();
-        const m = (fleet.models ?? []).find((x) => x.model === MODEL);
-        healthy = m?.healthy ?? 0;
-        if (healthy >= replicas) break;
-        await sleep(1000);
-      }
-      log(`scale: ${replicas} registered in ${fmt(registerSeconds, 1)} s, ${healthy} healthy; measuring probe CPU`);
-      const windows = [];
-      const W = QUICK ? 4 : 30;
-      // Per probe: the expected rate (replicas / health.interval), not a count from /metrics (a
-      // scrape of 5,000 histograms would cost the gateway more CPU than the window measures).
-      const probesPerS = replicas / 5;
-      for (let rep = 0; rep < REPEATS; rep++) {
-        const cpu = new CpuWindow(gw.pid);
-        const wakeups0 = wakeups(gw.pid);
-        const fakeCpu = fakes.map((f) => new CpuWindow(f.pid ?? f.proc.pid));
-        await sleep(W * 1000);
-        const used = cpu.read();
-        const probes = probesPerS * used.wall;
-        windows.push({
-          repeat: rep + 1, phase: 'probing', replicas, healthy, cpu_pct: used.percent,
-          cpu_us_per_probe: (1e6 * used.cpu) / probes,
-          wakeups_per_probe: (wakeups(gw.pid) - wakeups0) / probes,
-          rss_mib: rssMiB(gw.pid), fds: openFds(gw.pid), window_s: used.wall,
-          register_s: registerSeconds, rss_idle_mib: rssIdle,
-          fake_cpu_pct: fakeCpu.reduce((s, c) => s + c.read().percent, 0),
-        });
-        log(`  probing ${replicas} replicas: gateway CPU ${fmt(used.percent, 2)}% of a core, RSS ${fmt(rssMiB(gw.pid), 1)} MiB`);
-      }
-      rows.push(...windows);
-      const ws = windows;
-      md += `**${replicas} registered replicas**, probed every 5 s (GET /health, keep-alive), no traffic, CPU over ${W} s windows
-(${REPEATS} repeat(s)); registering them all took ${fmt(registerSeconds, 1)} s (16 concurrent POSTs); ${healthy} became healthy.
-
-${markdownTable(
-  ['replicas', 'probes/s (expected)', 'gateway CPU % of a core', 'CPU µs per probe', 'wake-ups per probe', 'gateway RSS MiB', 'RSS before MiB', 'gateway fds'],
-  [[replicas, fmt(probesPerS, 0), fmtSpread(ws.map((w) => w.cpu_pct), 2), fmtSpread(ws.map((w) => w.cpu_us_per_probe), 1), fmtSpread(ws.map((w) => w.wakeups_per_probe), 3), fmtSpread(ws.map((w) => w.rss_mib), 1), fmt(rssIdle, 1), fmt(median(ws.map((w) => w.fds)), 0)]],
-)}
-
-"wake-ups per probe": the gateway's voluntary context switches (a thread going to sleep, then
-woken) over the window, per expected probe.
-
-`;
-    } finally {
-      await stopAll([gw.proc, ...fakes.map((f) => f.proc)]);
+    for (const tls of [false, true]) {
+      if (only === (tls ? 'http' : 'https')) continue;
+      const phase = await probePhase({ replicas, tls });
+      rows.push(...phase.rows);
+      md += phase.md;
     }
   }
 
   // Phase B: held streams through one gateway.
-  if (only !== 'replicas') {
+  if (only === '' || only === 'streams') {
     const interval = QUICK ? 1000 : 2000;
     const hold = QUICK ? 4000 : 30000;
     const chunks = Math.round(hold / interval);

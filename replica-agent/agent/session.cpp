@@ -339,23 +339,22 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, AgentServices services
   } else {
     examined = examine(endpoint, *request, ctx->config.model);
   }
-  // The body's DOM (thousands of nodes for a large prompt) is freed off the io thread too.
-  struct Dispose {
-    net::OffThread* off;
-    nlohmann::json* body;
-    ~Dispose() {
-      if (off != nullptr && !body->is_null()) {
-        off->dispose(std::move(*body));
-      }
+  // The body's DOM (thousands of nodes for a large prompt) is freed off the io thread too, when
+  // the request ends (not from a destructor: a frame destroyed with the io_context at shutdown
+  // would reach an OffThread destroyed before it).
+  auto done = [&](bool again) {
+    if (services.off_thread != nullptr && !examined.body.is_null()) {
+      services.off_thread->dispose(std::move(examined.body));
     }
-  } dispose{services.off_thread, &examined.body};
+    return again;
+  };
   if (!refusal && examined.refusal) {
     refusal = refuse(std::move(*examined.refusal));
   }
   if (refusal) {
     bool again = co_await send_reply(r, shaped(std::move(*refusal), endpoint));
     log_request(*ctx, record);
-    co_return again;
+    co_return done(again);
   }
 
   std::optional<openai::RequestInfo>& info = examined.info;
@@ -372,7 +371,7 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, AgentServices services
       record.outcome = "ok";
       bool again = co_await send_reply(r, std::move(count));
       log_request(*ctx, record);
-      co_return again;
+      co_return done(again);
     }
   }
   auto guard = ctx->admission.try_acquire(prompt);
@@ -384,7 +383,7 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, AgentServices services
     busy.headers.emplace_back("Retry-After", "1");
     bool again = co_await send_reply(r, shaped(std::move(busy), endpoint));
     log_request(*ctx, record);
-    co_return again;
+    co_return done(again);
   }
   record.slot = guard->slot();
   record.start = Clock::now();
@@ -403,7 +402,7 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, AgentServices services
   record.engine_outcome = outcome.engine_outcome;
   record.plan = std::move(outcome.plan);
   log_request(*ctx, record);
-  co_return outcome.keep_alive;
+  co_return done(outcome.keep_alive);
 }
 
 // The routes and the key, judged from the head before any body byte is read.

@@ -333,9 +333,21 @@ prometheus::Histogram& Metrics::health_check_series(const std::string& replica) 
 }
 
 void Metrics::replica_request(const std::string& model, const std::string& replica,
-                              const std::string& outcome) {
-  replica_requests_.Add({{"model", model}, {"replica", replica}, {"outcome", outcome}}).Increment();
-  replica_outcomes_[model + "\n" + replica].insert(outcome);
+                              std::string_view outcome) {
+  auto it = replica_outcomes_.find(std::pair<std::string_view, std::string_view>(model, replica));
+  if (it == replica_outcomes_.end()) {
+    it = replica_outcomes_.emplace(std::pair(model, replica), ReplicaCounters{}).first;
+  }
+  for (const auto& [name, counter] : it->second) {
+    if (name == outcome) {
+      counter->Increment();
+      return;
+    }
+  }
+  auto* counter = &replica_requests_.Add(
+      {{"model", model}, {"replica", replica}, {"outcome", std::string(outcome)}});
+  it->second.emplace_back(std::string(outcome), counter);
+  counter->Increment();
 }
 
 void Metrics::set_replica(const std::string& model, const std::string& replica, double in_flight,
@@ -442,12 +454,10 @@ void Metrics::forget_replica(const std::string& model, const std::string& replic
   }
   remove_series(replica_prefill_tps_, labels);
   remove_series(replica_decode_tps_, labels);
-  auto it = replica_outcomes_.find(model + "\n" + replica);
+  auto it = replica_outcomes_.find(std::pair<std::string_view, std::string_view>(model, replica));
   if (it != replica_outcomes_.end()) {
-    for (const auto& outcome : it->second) {
-      auto& c =
-          replica_requests_.Add({{"model", model}, {"replica", replica}, {"outcome", outcome}});
-      replica_requests_.Remove(&c);
+    for (const auto& [outcome, counter] : it->second) {
+      replica_requests_.Remove(counter);
     }
     replica_outcomes_.erase(it);
   }

@@ -185,7 +185,7 @@ Ending left_fleet_ending(unsigned attempts) {
 }
 
 // Per-replica outcome label (fleetgate_replica_requests_total).
-std::string replica_outcome(const FailedAttempt& f) {
+std::string_view replica_outcome(const FailedAttempt& f) {
   if (f.content_sent) {
     return "failed_mid_stream";
   }

@@ -115,6 +115,37 @@ TEST(Metrics, ReplicaAndModelSeriesGoAwayWithThem) {
   EXPECT_EQ(text.find("fleetgate_queue_depth{model=\"m\"}"), std::string::npos);
 }
 
+// The counters are kept per (model, replica, outcome) after their first use: they count on, each
+// series apart, and a replica forgotten and seen again starts a fresh series (none of the old
+// counter, which the registry freed, is used).
+TEST(Metrics, ReplicaRequestCountersAreKeptPerSeriesAndDroppedWithTheReplica) {
+  Metrics m;
+  for (int i = 0; i < 3; ++i) {
+    m.replica_request("m", "r1", "ok");
+  }
+  m.replica_request("m", "r1", "busy");
+  m.replica_request("other", "r1", "ok");
+  auto text = m.scrape();
+  EXPECT_EQ(
+      sample(text, R"(fleetgate_replica_requests_total{model="m",outcome="ok",replica="r1"})"), 3);
+  EXPECT_EQ(
+      sample(text, R"(fleetgate_replica_requests_total{model="m",outcome="busy",replica="r1"})"),
+      1);
+  EXPECT_EQ(
+      sample(text, R"(fleetgate_replica_requests_total{model="other",outcome="ok",replica="r1"})"),
+      1);
+  m.forget_replica("m", "r1");
+  text = m.scrape();
+  EXPECT_EQ(text.find(R"(model="m",outcome="ok",replica="r1")"), std::string::npos);
+  EXPECT_EQ(
+      sample(text, R"(fleetgate_replica_requests_total{model="other",outcome="ok",replica="r1"})"),
+      1);
+  m.replica_request("m", "r1", "ok");
+  text = m.scrape();
+  EXPECT_EQ(
+      sample(text, R"(fleetgate_replica_requests_total{model="m",outcome="ok",replica="r1"})"), 1);
+}
+
 TEST(Metrics, ProcessFactsAreRead) {
   Metrics m;
   auto text = m.scrape();

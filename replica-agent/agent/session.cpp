@@ -323,6 +323,7 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, AgentServices services
   std::optional<Reply> refusal;
 
   Examined examined;
+  const bool large = request->body().size() > kOffThreadBody;
   if (ctx->sessions.draining()) {
     refusal = refuse(
         error_reply(503, "this replica is shutting down; retry on another", "shutting_down"));
@@ -331,7 +332,7 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, AgentServices services
     refusal = refuse(error_reply(503, "the model is still loading on this replica; retry later",
                                  "model_loading"));
     refusal->headers.emplace_back("Retry-After", "5");
-  } else if (request->body().size() > kOffThreadBody && services.off_thread != nullptr) {
+  } else if (large && services.off_thread != nullptr) {
     auto work = [endpoint, request, model = &ctx->config.model] {
       return examine(endpoint, *request, *model);
     };
@@ -342,8 +343,9 @@ asio::awaitable<bool> handle_inference(AgentContext* ctx, AgentServices services
   // The body's DOM (thousands of nodes for a large prompt) is freed off the io thread too, when
   // the request ends (not from a destructor: a frame destroyed with the io_context at shutdown
   // would reach an OffThread destroyed before it).
+  // A small body's DOM is freed here: handing it over would cost more than it saves.
   auto done = [&](bool again) {
-    if (services.off_thread != nullptr && !examined.body.is_null()) {
+    if (large && services.off_thread != nullptr && !examined.body.is_null()) {
       services.off_thread->dispose(std::move(examined.body));
     }
     return again;

@@ -1,5 +1,6 @@
 #include "common/net/conn.hpp"
 
+#include <fcntl.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -320,6 +322,21 @@ class TlsConn final : public TimedConn {
     return IoResult{asio::error::operation_not_supported, 0};
   }
 
+  // See net::release_tls. Nothing may be pending on the connection.
+  std::optional<ReleasedTls> release() {
+    if (!io_->socket.is_open()) {
+      return std::nullopt;
+    }
+    error_code ec;
+    const int fd = io_->socket.release(ec);
+    if (ec) {
+      return std::nullopt;
+    }
+    const int flags = ::fcntl(fd, F_GETFL, 0);
+    ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    return ReleasedTls{fd, std::exchange(io_->ssl, nullptr)};
+  }
+
  protected:
   void start_wait_readable(std::chrono::steady_clock::duration timeout,
                            WaitHandler handler) override {
@@ -429,6 +446,11 @@ void Conn::async_read_some(asio::mutable_buffer, ReadHandler handler) {
 std::unique_ptr<Conn> make_plain_conn(tcp::socket socket) {
   socket.set_option(tcp::no_delay(true));
   return std::make_unique<PlainConn>(std::move(socket));
+}
+
+std::optional<ReleasedTls> release_tls(Conn& conn) {
+  auto* tls = dynamic_cast<TlsConn*>(&conn);
+  return tls != nullptr ? tls->release() : std::nullopt;
 }
 
 std::unique_ptr<Conn> make_tls_server_conn(tcp::socket socket, asio::ssl::context& ctx) {

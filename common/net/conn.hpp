@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -109,6 +110,16 @@ class Conn : public Closable {
 };
 
 std::unique_ptr<Conn> make_plain_conn(tcp::socket socket);
+// A TLS connection's socket descriptor and OpenSSL connection, handed over (release_tls).
+struct ReleasedTls {
+  int fd = -1;
+  SSL* ssl = nullptr;
+};
+// TLS connections only (nullopt for others): hands the socket's descriptor (non-blocking) and
+// its OpenSSL connection to the caller, who then owns both (SSL_free, close), and leaves conn
+// closed. For readers outside Asio's event loop (the health checker's probes).
+std::optional<ReleasedTls> release_tls(Conn& conn);
+
 // The TLS handshake (server side) is performed by the caller through tls_server_handshake.
 std::unique_ptr<Conn> make_tls_server_conn(tcp::socket socket, asio::ssl::context& ctx);
 asio::awaitable<error_code> tls_server_handshake(Conn& conn);

@@ -179,7 +179,7 @@ void HealthChecker::read_answer(ReplicaId id, Probed& probed, Clock::time_point 
       break;
     }
     arrived = got.arrived_unix_ns ? got.arrived_unix_ns : arrived;
-    if (probed.partial.empty() && got.bytes < read_buffer_.size()) {
+    if (probed.partial.empty() && got.bytes < read_buffer_.size() && !probed.socket.tls()) {
       // The usual case: the whole answer in one read, parsed where it lies.
       bytes = std::string_view(read_buffer_.data(), got.bytes);
       break;
@@ -251,11 +251,6 @@ void HealthChecker::on_due(ReplicaId id, Clock::time_point now) {
     schedule_next(probed, now);
     return;
   }
-  if (probed.replica->url.tls()) {
-    probed.busy = true;
-    net::spawn_logged(executor_, probe_https(this, id), "probe");
-    return;
-  }
   if (!probed.socket.is_open()) {
     probed.busy = true;
     net::spawn_logged(executor_, connect_and_send(this, id), "probe connect");
@@ -323,7 +318,8 @@ asio::awaitable<void> HealthChecker::connect_and_send(HealthChecker* self, Repli
   const auto started = Clock::now();
   const auto started_unix_ns = unix_now_ns();
   const auto timeout = self->health_of(*replica).timeout;
-  auto connected = co_await net::connect_to(replica->url, nullptr, timeout);
+  const bool tls = replica->url.tls();
+  auto connected = co_await net::connect_to(replica->url, tls ? self->tls_ : nullptr, timeout);
   it = self->probed_.find(id);
   if (it == self->probed_.end() || self->stopped_) {
     co_return;  // forgotten meanwhile
@@ -334,9 +330,19 @@ asio::awaitable<void> HealthChecker::connect_and_send(HealthChecker* self, Repli
     self->finish(id, failed(connect_failure(connected.failure), now - started), now, false);
     co_return;
   }
-  // Out of Asio's event loop: its answers are read at the checker's wake-ups.
+  // Out of Asio's event loop: its answers are read at the checker's wake-ups (https: by its
+  // OpenSSL connection, on the same socket).
   net::error_code ec;
-  health::ProbeSocket socket(connected.conn->socket().release(ec));
+  health::ProbeSocket socket;
+  if (tls) {
+    if (auto released = net::release_tls(*connected.conn)) {
+      socket = health::ProbeSocket(released->fd, released->ssl);
+    } else {
+      ec = net::asio::error::bad_descriptor;
+    }
+  } else {
+    socket = health::ProbeSocket(connected.conn->socket().release(ec));
+  }
   if (ec || !self->poller_.add(socket, id)) {
     self->finish(id, failed("connect", now - started), now, false);
     co_return;
@@ -344,41 +350,6 @@ asio::awaitable<void> HealthChecker::connect_and_send(HealthChecker* self, Repli
   it->second.socket = std::move(socket);
   self->config_ = self->configs_->snapshot();
   self->send(id, it->second, started, started_unix_ns, now);
-}
-
-asio::awaitable<void> HealthChecker::probe_https(HealthChecker* self, ReplicaId id) {
-  auto it = self->probed_.find(id);
-  if (it == self->probed_.end()) {
-    co_return;
-  }
-  Probed& probed = it->second;
-  const std::shared_ptr<Replica> replica = probed.replica;
-  self->config_ = self->configs_->snapshot();
-  const auto& h = self->health_of(*replica);
-  if (probed.request.empty() || probed.request_path != h.path) {
-    probed.request = health::probe_request(replica->url, h.path, self->authorization_);
-    probed.request_path = h.path;
-  }
-  // Held here while the probe runs: forget() may drop the entry meanwhile.
-  std::unique_ptr<net::Conn> conn = std::move(probed.conn);
-  const std::string request = probed.request;
-  const std::chrono::milliseconds timeout = h.timeout;
-  const auto reply =
-      co_await health::probe_once(&replica->url, &request, self->tls_, timeout, &conn);
-  it = self->probed_.find(id);
-  if (it == self->probed_.end() || self->stopped_) {
-    co_return;
-  }
-  it->second.busy = false;
-  it->second.conn = std::move(conn);
-  if (!reply.answered) {
-    self->finish(id, reply.failure, Clock::now(), true);
-    co_return;
-  }
-  auto outcome =
-      health::judge_answer(reply.status, reply.body, replica->model, &it->second.body_memo);
-  outcome.seconds = reply.seconds;
-  self->finish(id, std::move(outcome), Clock::now(), true);
 }
 
 }  // namespace fg::fleet

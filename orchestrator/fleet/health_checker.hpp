@@ -25,12 +25,12 @@ namespace fg::fleet {
 
 // The active probes: GET {url}{health.path} on a keep-alive connection per replica, at the times
 // the manager's hooks say. One tick loop (one timer) does all the work at its wake-ups, in this
-// order: read the answers that arrived (plain http: sockets outside the event loop, so answers
-// wake nobody; health::ProbePoller), fail the probes whose deadline passed, send every probe due
-// (batched by health::ProbeSchedule). One schedule holds every replica's next moment: its next
-// probe, or while a probe is in flight the next look for its answer (health::ProbeFlight). A
-// coroutine runs only to connect, and for https replicas, whose probes keep a coroutine each
-// (health::probe_once). The checker decides nothing: each outcome goes to on_outcome. A replica
+// order: read the answers that arrived (sockets outside the event loop, so answers wake nobody;
+// health::ProbePoller; https ones through their OpenSSL connection), fail the probes whose
+// deadline passed, send every probe due (batched by health::ProbeSchedule). One schedule holds
+// every replica's next moment: its next probe, or while a probe is in flight the next look for
+// its answer (health::ProbeFlight). A coroutine runs only to connect (and for https, to
+// handshake). The checker decides nothing: each outcome goes to on_outcome. A replica
 // is forgotten when it is removed (Registry::remove calls Replica::stop_probe) or at stop().
 class HealthChecker {
  public:
@@ -55,19 +55,17 @@ class HealthChecker {
   struct Probed {
     std::shared_ptr<Replica> replica;
     health::ProbeSchedule::Slot slot = 0;  // its place in schedule_
-    health::ProbeSocket socket;            // http: kept alive, read at the checker's wake-ups
-    std::unique_ptr<net::Conn> conn;       // https: kept alive, read by its probe's coroutine
+    health::ProbeSocket socket;            // kept alive, read at the checker's wake-ups
     std::string request;                   // the probe's bytes, built for request_path
     std::string request_path;
     std::optional<health::ProbeFlight> flight;  // sent on socket, answer not read yet
     std::string partial;              // an answer's first bytes, when it arrives in pieces
     health::ProbeBodyMemo body_memo;  // the last body and what it said
-    bool busy = false;                // a coroutine (connecting, an https probe) has it
+    bool busy = false;                // its connect's coroutine has it
   };
 
   static boost::asio::awaitable<void> tick_loop(HealthChecker* self);
   static boost::asio::awaitable<void> connect_and_send(HealthChecker* self, ReplicaId id);
-  static boost::asio::awaitable<void> probe_https(HealthChecker* self, ReplicaId id);
   void on_wake(Clock::time_point now);
   void read_answers(Clock::time_point now);
   void read_answer(ReplicaId id, Probed& probed, Clock::time_point now);

@@ -6,11 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/ssl/context.hpp>
 #include <boost/beast/http/basic_parser.hpp>
 
-#include "common/net/conn.hpp"
 #include "common/net/url.hpp"
 #include "orchestrator/health/probe_body.hpp"
 
@@ -58,24 +55,5 @@ struct ProbeAnswer {
   bool extra_bytes = false;  // bytes after the answer (nobody asked for them)
 };
 ProbeAnswer read_probe_answer(std::string_view bytes, bool eof, std::string* body);
-
-// What one probe on a connection brought back: a whole answer (to judge with judge_answer), or
-// the failure before one.
-struct ProbeReply {
-  bool answered = false;
-  unsigned status = 0;
-  std::string body;
-  double seconds = 0;
-  ProbeOutcome failure;  // when !answered: fail, its error and seconds
-};
-
-// One probe on a connection the caller keeps (*conn, reset on failure): connect when there is
-// none (or the replica closed it), write the request, read the answer within timeout. Used for
-// https replicas: OpenSSL reads their sockets itself, so their answers cannot be read at the
-// checker's wake-ups the way plain connections' are (HealthChecker).
-boost::asio::awaitable<ProbeReply> probe_once(const net::Url* url, const std::string* request,
-                                              boost::asio::ssl::context* tls,
-                                              std::chrono::milliseconds timeout,
-                                              std::unique_ptr<net::Conn>* conn);
 
 }  // namespace fg::health

@@ -4,24 +4,33 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <system_error>
+#include <utility>
 
 namespace fg::health {
 
 ProbeSocket& ProbeSocket::operator=(ProbeSocket&& other) noexcept {
   if (this != &other) {
     close();
-    fd_ = other.release();
+    fd_ = std::exchange(other.fd_, -1);
+    ssl_ = std::exchange(other.ssl_, nullptr);
   }
   return *this;
 }
 
 void ProbeSocket::close() {
+  if (ssl_ != nullptr) {
+    SSL_free(ssl_);  // no close_notify: the replica sees the connection end, as with plain ones
+    ssl_ = nullptr;
+  }
   if (fd_ >= 0) {
     ::close(fd_);
     fd_ = -1;
@@ -29,12 +38,25 @@ void ProbeSocket::close() {
 }
 
 bool ProbeSocket::send_now(std::string_view bytes) {
+  if (ssl_ != nullptr) {
+    // OpenSSL writes with write(2): SIGPIPE is ignored since the first TLS connection
+    // (net::TlsConn), so a gone replica is a failed write. WANT_WRITE (it did not fit) is too.
+    ERR_clear_error();
+    std::size_t n = 0;
+    const bool ok = SSL_write_ex(ssl_, bytes.data(), bytes.size(), &n) == 1 && n == bytes.size();
+    ERR_clear_error();
+    return ok;
+  }
   const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   return n == static_cast<ssize_t>(bytes.size());
 }
 
-ProbeSocket::Received ProbeSocket::receive_now(std::span<char> buffer) {
-  Received out;
+namespace {
+
+// recvmsg without waiting, with the kernel's receive timestamp of the bytes it returns (flags:
+// MSG_PEEK to leave them in the socket).
+ssize_t receive_stamped(int fd, std::span<char> buffer, int flags,
+                        std::optional<std::int64_t>* arrived_unix_ns) {
   iovec iov{buffer.data(), buffer.size()};
   alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(timespec))> control;
   msghdr msg{};
@@ -44,24 +66,72 @@ ProbeSocket::Received ProbeSocket::receive_now(std::span<char> buffer) {
   msg.msg_controllen = control.size();
   ssize_t n;
   do {
-    n = ::recvmsg(fd_, &msg, MSG_DONTWAIT);
+    n = ::recvmsg(fd, &msg, MSG_DONTWAIT | flags);
   } while (n < 0 && errno == EINTR);
+  if (n > 0) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+        timespec ts{};
+        std::memcpy(&ts, CMSG_DATA(c), sizeof(ts));
+        *arrived_unix_ns = static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+      }
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+ProbeSocket::Received ProbeSocket::receive_tls(std::span<char> buffer) {
+  Received out;
+  // SSL_read reads with read(2), which has no timestamps: a peek at the socket first gives the
+  // arrival time of what waits there (one system call more per read).
+  char peeked = 0;
+  const ssize_t p = receive_stamped(fd_, std::span(&peeked, 1), MSG_PEEK, &out.arrived_unix_ns);
+  const int peek_errno = errno;
+  if (p <= 0 && SSL_has_pending(ssl_) == 0) {
+    out.would_block = p < 0 && (peek_errno == EAGAIN || peek_errno == EWOULDBLOCK);
+    out.eof = p == 0;
+    out.error = p < 0 && !out.would_block;
+    return out;
+  }
+  ERR_clear_error();
+  std::size_t n = 0;
+  const int r = SSL_read_ex(ssl_, buffer.data(), buffer.size(), &n);
+  const int saved_errno = errno;
+  if (r == 1) {
+    out.bytes = n;
+    return out;
+  }
+  const int why = SSL_get_error(ssl_, r);
+  const unsigned long queued = ERR_peek_error();
+  ERR_clear_error();
+  if (why == SSL_ERROR_WANT_READ || why == SSL_ERROR_WANT_WRITE) {
+    out.would_block = true;  // a record not whole yet, or only TLS's own messages (tickets)
+  } else if (why == SSL_ERROR_ZERO_RETURN ||
+             (why == SSL_ERROR_SSL &&
+              ERR_GET_REASON(queued) == SSL_R_UNEXPECTED_EOF_WHILE_READING) ||
+             (why == SSL_ERROR_SYSCALL && queued == 0 && saved_errno == 0)) {
+    out.eof = true;  // close_notify, or the connection's end without it
+  } else {
+    out.error = true;
+  }
+  return out;
+}
+
+ProbeSocket::Received ProbeSocket::receive_now(std::span<char> buffer) {
+  if (ssl_ != nullptr) {
+    return receive_tls(buffer);
+  }
+  Received out;
+  const ssize_t n = receive_stamped(fd_, buffer, 0, &out.arrived_unix_ns);
   if (n < 0) {
     out.would_block = errno == EAGAIN || errno == EWOULDBLOCK;
     out.error = !out.would_block;
-    return out;
-  }
-  if (n == 0) {
+  } else if (n == 0) {
     out.eof = true;
-    return out;
-  }
-  out.bytes = static_cast<std::size_t>(n);
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
-      timespec ts{};
-      std::memcpy(&ts, CMSG_DATA(c), sizeof(ts));
-      out.arrived_unix_ns = static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-    }
+  } else {
+    out.bytes = static_cast<std::size_t>(n);
   }
   return out;
 }

@@ -10,21 +10,29 @@
 // to resume. Here a tick's answers are read together at the next tick, two system calls per probe
 // (its send, its receive) and nothing else: 5,000 replicas every 5 s (1,000 probes a second) went
 // from 32 to 16 us of CPU per probe, 27,700 to 6,100 instructions in user space
-// (docs/benchmarks.md).
+// (docs/benchmarks.md). https replicas' probes work the same way: their OpenSSL connection
+// (made by net::connect_to, taken over with net::release_tls) reads and writes the socket
+// without waiting.
 
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string_view>
 
+struct ssl_st;  // OpenSSL's SSL
+
 namespace fg::health {
 
-// One connected socket (its descriptor, owned: closed on destruction).
+// One connected socket (its descriptor, owned: closed on destruction), and for an https replica
+// its OpenSSL connection (owned too), which then sends and receives on it.
 class ProbeSocket {
  public:
   ProbeSocket() = default;
-  explicit ProbeSocket(int fd) : fd_(fd) {}
-  ProbeSocket(ProbeSocket&& other) noexcept : fd_(other.release()) {}
+  explicit ProbeSocket(int fd, ssl_st* ssl = nullptr) : fd_(fd), ssl_(ssl) {}
+  ProbeSocket(ProbeSocket&& other) noexcept : fd_(other.fd_), ssl_(other.ssl_) {
+    other.fd_ = -1;
+    other.ssl_ = nullptr;
+  }
   ProbeSocket& operator=(ProbeSocket&& other) noexcept;
   ProbeSocket(const ProbeSocket&) = delete;
   ProbeSocket& operator=(const ProbeSocket&) = delete;
@@ -32,6 +40,9 @@ class ProbeSocket {
 
   bool is_open() const { return fd_ >= 0; }
   int fd() const { return fd_; }
+  // TLS: a read that returns less than its buffer says nothing about what is left (OpenSSL
+  // returns one record at a time), so readers read until would_block.
+  bool tls() const { return ssl_ != nullptr; }
   void close();
 
   // Sends all of bytes now, or fails: a request that does not fit at once (the replica does not
@@ -50,12 +61,9 @@ class ProbeSocket {
   Received receive_now(std::span<char> buffer);
 
  private:
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
+  Received receive_tls(std::span<char> buffer);
   int fd_ = -1;
+  ssl_st* ssl_ = nullptr;
 };
 
 // The probe sockets watched for input: one epoll set, asked without waiting.

@@ -7,6 +7,7 @@
 
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import tls from 'node:tls';
 import { after, before, describe, test } from 'node:test';
 
 import { startFakeReplica } from './lib/fake_replica.mjs';
@@ -418,57 +419,73 @@ for (const scheme of ['http', 'https']) {
   });
 }
 
-describe('a probe answer that arrives in pieces', () => {
-  // The head at once, then a chunked body in two pieces 150 ms apart: the gateway reads http
-  // probe answers at its ticks (here every 50 ms), so the answer is read over several of them.
-  // It passes, and its time is until its last piece arrived (~300 ms), not until it was read.
-  let server;
-  let url;
-  let probes = 0;
-  let gw;
+for (const scheme of ['http', 'https']) {
+  describe(`a probe answer that arrives in pieces (${scheme})`, () => {
+    // The head at once, then a chunked body in two pieces 150 ms apart: the gateway reads probe
+    // answers at its ticks (here every 50 ms), so the answer is read over several of them. It
+    // passes, and its time is until its last piece arrived (~300 ms), not until it was read (https:
+    // each piece its own TLS record, read by OpenSSL, its arrival time from a peek at the socket).
+    let server;
+    let url;
+    let probes = 0;
+    let gw;
+    let certDir;
 
-  before(async () => {
-    server = net.createServer((socket) => {
-      let pending = '';
-      socket.on('data', (data) => {
-        pending += data.toString('latin1');
-        let end;
-        while ((end = pending.indexOf('\r\n\r\n')) >= 0) {
-          pending = pending.slice(end + 4);
-          ++probes;
-          socket.write('HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n');
-          setTimeout(() => socket.write('7\r\n{"statu\r\n'), 150);
-          setTimeout(() => socket.write('8\r\ns":"ok"}\r\n0\r\n\r\n'), 300);
-        }
+    before(async () => {
+      let upstream = {};
+      let listen = (handler) => net.createServer(handler);
+      if (scheme === 'https') {
+        certDir = makeTempDir('fleetgate-certs-');
+        const certs = makeTestCerts(certDir);
+        upstream = { ca_file: certs.caFile };
+        listen = (handler) => tls.createServer({ key: certs.key, cert: certs.cert }, handler);
+      }
+      server = listen((socket) => {
+        let pending = '';
+        socket.on('data', (data) => {
+          pending += data.toString('latin1');
+          let end;
+          while ((end = pending.indexOf('\r\n\r\n')) >= 0) {
+            pending = pending.slice(end + 4);
+            ++probes;
+            socket.write('HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n');
+            setTimeout(() => socket.write('7\r\n{"statu\r\n'), 150);
+            setTimeout(() => socket.write('8\r\ns":"ok"}\r\n0\r\n\r\n'), 300);
+          }
+        });
+        socket.on('error', () => {});
       });
-      socket.on('error', () => {});
+      await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+      url = `${scheme}://127.0.0.1:${server.address().port}`;
+      gw = await startGateway({
+        admin: { token_env: 'FG_IT_ADMIN_TOKEN' },
+        log: { level: 'debug' },
+        health: { ...FAST_HEALTH, interval: '800ms', timeout: '600ms' },
+        models: [{ name: 'm', slots: 1, endpoints: [url] }],
+        upstream,
+      }, { env: TOKEN_ENV });
     });
-    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-    url = `http://127.0.0.1:${server.address().port}`;
-    gw = await startGateway({
-      admin: { token_env: 'FG_IT_ADMIN_TOKEN' },
-      log: { level: 'debug' },
-      health: { ...FAST_HEALTH, interval: '800ms', timeout: '600ms' },
-      models: [{ name: 'm', slots: 1, endpoints: [url] }],
-    }, { env: TOKEN_ENV });
-  });
 
-  after(async () => {
-    await gw?.stop();
-    server?.closeAllConnections?.();
-    await new Promise((resolve) => server?.close(resolve) ?? resolve());
-  });
+    after(async () => {
+      await gw?.stop();
+      server?.closeAllConnections?.();
+      await new Promise((resolve) => server?.close(resolve) ?? resolve());
+      if (certDir) {
+        removeDir(certDir);
+      }
+    });
 
-  test('is read whole over several ticks, passes, and counts until its last piece', async () => {
-    const id = (await replicaByUrl(gw, url)).id;
-    const count = await gw.waitForMetric('fleetgate_replica_health_check_seconds_count', { replica: id },
-      (v) => v >= 4, { timeoutMs: 20000 });
-    const sum = await gw.metric('fleetgate_replica_health_check_seconds_sum', { replica: id });
-    const failed = gw.logs.filter((l) => l.msg === 'probe failed');
-    assert.deepEqual(failed.map((l) => l.error), [], 'no probe failed');
-    assert.equal((await replicaByUrl(gw, url)).state, 'healthy');
-    // Each took ~300 ms (its last piece), within its 600 ms timeout; never less than 300 ms.
-    assert.ok(sum / count >= 0.29 && sum / count < 0.6, `mean probe time ${sum / count} s over ${count} probes`);
-    assert.ok(probes >= count);
+    test('is read whole over several ticks, passes, and counts until its last piece', async () => {
+      const id = (await replicaByUrl(gw, url)).id;
+      const count = await gw.waitForMetric('fleetgate_replica_health_check_seconds_count', { replica: id },
+        (v) => v >= 4, { timeoutMs: 20000 });
+      const sum = await gw.metric('fleetgate_replica_health_check_seconds_sum', { replica: id });
+      const failed = gw.logs.filter((l) => l.msg === 'probe failed');
+      assert.deepEqual(failed.map((l) => l.error), [], 'no probe failed');
+      assert.equal((await replicaByUrl(gw, url)).state, 'healthy');
+      // Each took ~300 ms (its last piece), within its 600 ms timeout; never less than 300 ms.
+      assert.ok(sum / count >= 0.29 && sum / count < 0.6, `mean probe time ${sum / count} s over ${count} probes`);
+      assert.ok(probes >= count);
+    });
   });
-});
+}

@@ -179,10 +179,17 @@ void HealthChecker::read_answer(ReplicaId id, Probed& probed, Clock::time_point 
       break;
     }
     arrived = got.arrived_unix_ns ? got.arrived_unix_ns : arrived;
-    if (probed.partial.empty() && got.bytes < read_buffer_.size() && !probed.socket.tls()) {
-      // The usual case: the whole answer in one read, parsed where it lies.
-      bytes = std::string_view(read_buffer_.data(), got.bytes);
-      break;
+    if (probed.partial.empty() && got.bytes < read_buffer_.size()) {
+      // The usual case: the whole answer in one read, parsed where it lies. Plain TCP: a short
+      // read emptied the socket. TLS: OpenSSL returns a record at a time, so only a whole answer
+      // ends the reading early (one more read would find nothing: a system call less per probe;
+      // with read-ahead too, the https probes' CPU moved within noise, 2.83% -> 2.77% of a core).
+      const std::string_view here(read_buffer_.data(), got.bytes);
+      if (!probed.socket.tls() || health::read_probe_answer(here, false, &body_).state ==
+                                      health::ProbeAnswer::State::done) {
+        bytes = here;
+        break;
+      }
     }
     probed.partial.append(read_buffer_.data(), got.bytes);
     if (probed.partial.size() > kMaxAnswerBytes) {

@@ -17,6 +17,12 @@
 
 namespace fg::health {
 
+ProbeSocket::ProbeSocket(int fd, ssl_st* ssl) : fd_(fd), ssl_(ssl) {
+  if (ssl_ != nullptr) {
+    SSL_set_read_ahead(ssl_, 1);
+  }
+}
+
 ProbeSocket& ProbeSocket::operator=(ProbeSocket&& other) noexcept {
   if (this != &other) {
     close();

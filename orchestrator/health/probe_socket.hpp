@@ -28,7 +28,8 @@ namespace fg::health {
 class ProbeSocket {
  public:
   ProbeSocket() = default;
-  explicit ProbeSocket(int fd, ssl_st* ssl = nullptr) : fd_(fd), ssl_(ssl) {}
+  // ssl: read ahead from then on (one read(2) for a record's header and body).
+  explicit ProbeSocket(int fd, ssl_st* ssl = nullptr);
   ProbeSocket(ProbeSocket&& other) noexcept : fd_(other.fd_), ssl_(other.ssl_) {
     other.fd_ = -1;
     other.ssl_ = nullptr;

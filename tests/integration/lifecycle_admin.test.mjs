@@ -153,9 +153,14 @@ describe('admin API', () => {
 
   test('drain lets in-flight requests finish and sends no new ones; undrain brings the replica back', async (t) => {
     const id = (await replicaByUrl(gw, d1.url)).id;
+    // Both routable first: one still joining (its probes late on a loaded machine) got both held
+    // requests on the other, and the wait below timed out (seen once under the sanitizers).
+    for (const f of [d1, d2]) {
+      await waitForState(gw, f.url, 'healthy', { timeoutMs: 10000 });
+    }
     // One held (long) request on each replica.
     const held = [1, 2].map((i) => chat(gw, 'd', { fake: { type: 'hold' }, i }));
-    await eventually(() => d1.inFlight === 1 && d2.inFlight === 1, { what: 'a held request on each replica' });
+    await eventually(() => d1.inFlight === 1 && d2.inFlight === 1, { timeoutMs: 10000, what: 'a held request on each replica' });
 
     const res = await admin(gw, 'POST', `/admin/v1/replicas/${id}/drain`);
     assert.equal(res.status, 200, res.text);
@@ -209,8 +214,11 @@ describe('admin API', () => {
 
   test('DELETE drains, then removes the replica once its in-flight work is done', async () => {
     const id = (await replicaByUrl(gw, e1.url)).id;
+    for (const f of [e1, e2]) {
+      await waitForState(gw, f.url, 'healthy', { timeoutMs: 10000 });  // as in the drain test
+    }
     const held = [1, 2].map((i) => chat(gw, 'e', { fake: { type: 'hold' }, i }));
-    await eventually(() => e1.inFlight === 1 && e2.inFlight === 1, { what: 'a held request on each replica' });
+    await eventually(() => e1.inFlight === 1 && e2.inFlight === 1, { timeoutMs: 10000, what: 'a held request on each replica' });
 
     const res = await admin(gw, 'DELETE', `/admin/v1/replicas/${id}`);
     assert.equal(res.status, 202, res.text);

@@ -33,6 +33,10 @@
 
 namespace fg::net {
 
+// Request bodies larger than this are inspected off the io thread (the gateway's client session,
+// the agent's session); smaller ones on it, where handing them over would cost more than it saves.
+constexpr std::size_t kOffThreadBody = 64 * 1024;
+
 class OffThread {
  public:
   // pool: nullptr runs every work() on the io thread. Both must outlive this; close and join the

@@ -165,6 +165,7 @@ void HealthChecker::read_answer(ReplicaId id, Probed& probed, Clock::time_point 
   std::string_view bytes;  // the answer so far
   bool eof = false;
   std::optional<std::int64_t> arrived;
+  std::optional<health::ProbeAnswer> parsed;  // TLS: the whole answer, parsed in the loop
   for (;;) {
     const auto got = probed.socket.receive_now(read_buffer_);
     if (got.error) {
@@ -185,8 +186,14 @@ void HealthChecker::read_answer(ReplicaId id, Probed& probed, Clock::time_point 
       // ends the reading early (one more read would find nothing: a system call less per probe;
       // with read-ahead too, the https probes' CPU moved within noise, 2.83% -> 2.77% of a core).
       const std::string_view here(read_buffer_.data(), got.bytes);
-      if (!probed.socket.tls() || health::read_probe_answer(here, false, &body_).state ==
-                                      health::ProbeAnswer::State::done) {
+      if (probed.socket.tls()) {
+        body_.clear();
+        parsed = health::read_probe_answer(here, false, &body_);
+        if (parsed->state != health::ProbeAnswer::State::done) {
+          parsed.reset();
+        }
+      }
+      if (!probed.socket.tls() || parsed) {
         bytes = here;
         break;
       }
@@ -209,8 +216,11 @@ void HealthChecker::read_answer(ReplicaId id, Probed& probed, Clock::time_point 
     }
     return;  // nothing new (the next look is scheduled)
   }
-  body_.clear();
-  const auto answer = health::read_probe_answer(bytes, eof, &body_);
+  if (!parsed) {
+    body_.clear();
+    parsed = health::read_probe_answer(bytes, eof, &body_);
+  }
+  const health::ProbeAnswer answer = *parsed;
   if (answer.state == health::ProbeAnswer::State::more && !eof) {
     if (probed.partial.empty()) {
       probed.partial.assign(bytes);  // the rest comes later; its look is scheduled

@@ -668,11 +668,11 @@ void inspect_body(const InspectAsk& ask, std::string_view body, Inspected* out) 
   }
 }
 
-// Bodies above this are inspected on the work pool (ProxyContext::off_thread). On the io thread
-// a 4 MiB body held every other stream's next event back by 11-13 ms (docs/benchmarks.md, the
-// bigbody bench before this); a body of 64 KiB costs 1/64 of that and stays here, where it needs
-// no hand-over to another thread and back (two wake-ups).
-constexpr std::size_t kOffThreadBody = 64 * 1024;
+// Bodies above net::kOffThreadBody are inspected on the work pool (ProxyContext::off_thread). On
+// the io thread a 4 MiB body held every other stream's next event back by 11-13 ms
+// (docs/benchmarks.md, the bigbody bench before this); a body of 64 KiB costs 1/64 of that and
+// stays here, where it needs no hand-over to another thread and back (two wake-ups).
+using net::kOffThreadBody;
 
 // Inspects a large body off the io thread. The request is not touched meanwhile: it is not yet
 // queued, and nothing reads its body until this returns. Only pointers go in: GCC 12 destroyed a

@@ -267,10 +267,10 @@ void log_request(AgentContext& ctx, const RequestRecord& record) {
               std::chrono::duration<double, std::milli>(Clock::now() - record.start).count()}});
 }
 
-// Bodies larger than this are examined (the scan, the DOM parse, the prompt's text) on the
-// agent's work pool instead of the io thread, which meanwhile relays the other slots' streams:
-// the same threshold as the gateway's (orchestrator/proxy/client_session.cpp).
-constexpr std::size_t kOffThreadBody = 64 * 1024;
+// Bodies larger than net::kOffThreadBody are examined (the scan, the DOM parse, the prompt's
+// text) on the agent's work pool instead of the io thread, which meanwhile relays the other
+// slots' streams.
+using net::kOffThreadBody;
 
 // What handle_inference needs from a request body: a refusal, or the request's facts, its DOM
 // (the sim engine reads sampling fields from it) and the prompt's text (the slots' prefix

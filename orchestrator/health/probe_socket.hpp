@@ -15,6 +15,7 @@
 // without waiting.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -27,17 +28,15 @@ namespace fg::health {
 // its OpenSSL connection (owned too), which then sends and receives on it.
 class ProbeSocket {
  public:
-  ProbeSocket() = default;
-  // ssl: read ahead from then on (one read(2) for a record's header and body).
+  ProbeSocket();
+  // ssl: from then on it reads ahead (one system call for a record's header and body) and goes
+  // through the socket with recvmsg and send (see TlsSocketIo).
   explicit ProbeSocket(int fd, ssl_st* ssl = nullptr);
-  ProbeSocket(ProbeSocket&& other) noexcept : fd_(other.fd_), ssl_(other.ssl_) {
-    other.fd_ = -1;
-    other.ssl_ = nullptr;
-  }
+  ProbeSocket(ProbeSocket&& other) noexcept;
   ProbeSocket& operator=(ProbeSocket&& other) noexcept;
   ProbeSocket(const ProbeSocket&) = delete;
   ProbeSocket& operator=(const ProbeSocket&) = delete;
-  ~ProbeSocket() { close(); }
+  ~ProbeSocket();
 
   bool is_open() const { return fd_ >= 0; }
   int fd() const { return fd_; }
@@ -61,10 +60,15 @@ class ProbeSocket {
   // Reads what has arrived, without waiting.
   Received receive_now(std::span<char> buffer);
 
+  // What an https connection's reads learn beside the bytes (its OpenSSL connection reads
+  // through it); kept apart so that it stays put when the socket is moved.
+  struct TlsSocketIo;
+
  private:
   Received receive_tls(std::span<char> buffer);
   int fd_ = -1;
   ssl_st* ssl_ = nullptr;
+  std::unique_ptr<TlsSocketIo> tls_io_;
 };
 
 // The probe sockets watched for input: one epoll set, asked without waiting.

@@ -374,7 +374,7 @@ for (const scheme of ['http', 'https']) {
   describe(`a replica that closes idle keep-alive connections (${scheme})`, () => {
     // llama.cpp's server closes a connection idle for 5 s, and probes come every 5 s (±10%): a
     // probe must not be sent on (and failed by) a connection the replica closed since the last
-    // one. (http probes are read at the checker's ticks, https ones by a coroutine each.)
+    // one. (Both are read at the checker's ticks; https ones through their OpenSSL connection.)
     let certDir;
     let fake;
     let gw;
@@ -424,7 +424,7 @@ for (const scheme of ['http', 'https']) {
     // The head at once, then a chunked body in two pieces 150 ms apart: the gateway reads probe
     // answers at its ticks (here every 50 ms), so the answer is read over several of them. It
     // passes, and its time is until its last piece arrived (~300 ms), not until it was read (https:
-    // each piece its own TLS record, read by OpenSSL, its arrival time from a peek at the socket).
+    // each piece its own TLS record, read by OpenSSL with recvmsg, which gives its arrival time).
     let server;
     let url;
     let probes = 0;

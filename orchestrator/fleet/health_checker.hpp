@@ -6,13 +6,13 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/unordered/unordered_flat_map.hpp>
 
 #include "orchestrator/config/config.hpp"
 #include "orchestrator/fleet/registry.hpp"
@@ -91,7 +91,10 @@ class HealthChecker {
   Clock::time_point sleeping_until_ = Clock::time_point::max();
   health::ProbeSchedule schedule_;
   health::ProbePoller poller_;
-  std::unordered_map<ReplicaId, Probed> probed_;
+  // Open addressing, as the health tracker's map (4% of the https probing CPU was this map's
+  // find with std::unordered_map). Entries move when it grows (watch()): a Probed& is never held
+  // past a call that may reach watch(), and each step of a probe looks its replica up anew.
+  boost::unordered_flat_map<ReplicaId, Probed> probed_;
   // The configuration in force during one wake-up (read once per wake-up, not per probe).
   std::shared_ptr<const config::Config> config_;
   // One read buffer for every answer, and one body (answers are read one at a time).

@@ -5,8 +5,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
+
+#include <boost/unordered/unordered_flat_map.hpp>
 
 namespace fg::health {
 
@@ -96,7 +97,11 @@ class HealthTracker {
   std::optional<Transition> move(ReplicaId id, Entry& e, State to, std::string reason);
   static milliseconds backoff_for(const Entry& e);
 
-  std::unordered_map<ReplicaId, Entry> entries_;
+  // Open addressing: a lookup is one cache miss (the entry) where std::unordered_map's node chain
+  // was up to three, and every probe and proxied answer looks its replica up (perf, 5,000 https
+  // replicas probed: this map's find was 6% of the probing CPU). Entries move when it grows:
+  // no pointer into it is kept past an add().
+  boost::unordered_flat_map<ReplicaId, Entry> entries_;
 };
 
 }  // namespace fg::health

@@ -207,15 +207,29 @@ function resetCounts(agents) {
   for (const a of agents) a.counts = { ok: 0, busy: 0, other: 0 };
 }
 
-async function startFake({ chunks = 20, intervalMs = 20, firstMs = 0, delayMs = 0, threads = 1 } = {}) {
+// cert (from selfSignedCert): serve https with it; its caFile is then the gateway's
+// upstream.ca_file.
+async function startFake({ chunks = 20, intervalMs = 20, firstMs = 0, delayMs = 0, threads = 1, cert = null } = {}) {
   const proc = new Proc('fake', BIN.fgload, [
     'serve', '--listen', '127.0.0.1:0', '--chunks', String(chunks), '--interval-ms',
     String(intervalMs), '--first-ms', String(firstMs), '--delay-ms', String(delayMs),
     '--threads', String(threads), '--model', MODEL,
+    ...(cert ? ['--cert', cert.cert, '--key', cert.key] : []),
   ]);
   const line = await proc.waitForLine((l) => l.includes('"msg":"listening"'), 10000);
   const addr = addressFromLine(line);
-  return { proc, addr, url: `http://${addr}` };
+  return { proc, addr, url: `${cert ? 'https' : 'http'}://${addr}`, caFile: cert?.cert };
+}
+
+// A P-256 key and a self-signed certificate for 127.0.0.1, in a new temporary directory.
+function selfSignedCert() {
+  const dir = fs.mkdtempSync(path.join(TMP, 'tls-fake-'));
+  const key = path.join(dir, 'key.pem');
+  const cert = path.join(dir, 'cert.pem');
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+    '-keyout', key, '-out', cert, '-days', '2', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'],
+  { stdio: ['ignore', 'pipe', 'pipe'] });
+  return { key, cert };
 }
 
 // An https fake replica for the probe phase: one Node https server (this process) with a
@@ -224,12 +238,7 @@ async function startFake({ chunks = 20, intervalMs = 20, firstMs = 0, delayMs = 
 // interval (Node closes idle ones after 5 s by default, which would turn every probe into a new
 // TLS handshake). Stopped through the returned proc's stop(), as the other processes are.
 async function startTlsFake() {
-  const dir = fs.mkdtempSync(path.join(TMP, 'tls-fake-'));
-  const key = path.join(dir, 'key.pem');
-  const cert = path.join(dir, 'cert.pem');
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-    '-keyout', key, '-out', cert, '-days', '2', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'],
-  { stdio: ['ignore', 'pipe', 'pipe'] });
+  const { key, cert } = selfSignedCert();
   const server = https.createServer({ key: fs.readFileSync(key), cert: fs.readFileSync(cert) }, (req, res) => {
     const body = '{"status":"ok"}';
     res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) });
@@ -1183,7 +1192,7 @@ async function scenarioScale() {
   // Phase A: registered replicas, probed every 5 s (health defaults), no traffic: plain http
   // replicas (the fake), then https ones (phones have HTTPS addresses): FLEETGATE_BENCH_SCALE=
   // replicas runs both, =http or =https one.
-  if (only !== 'streams') {
+  if (!only.startsWith('streams')) {
     for (const tls of [false, true]) {
       if (only === (tls ? 'http' : 'https')) continue;
       const phase = await probePhase({ replicas, tls });
@@ -1192,80 +1201,100 @@ async function scenarioScale() {
     }
   }
 
-  // Phase B: held streams through one gateway.
-  if (only === '' || only === 'streams') {
-    const interval = QUICK ? 1000 : 2000;
-    const hold = QUICK ? 4000 : 30000;
-    const chunks = Math.round(hold / interval);
-    const nFakes = QUICK ? 1 : 4;
-    const fakes = [];
-    for (let i = 0; i < nFakes; i++) fakes.push(await startFake({ chunks, intervalMs: interval, firstMs: 0 }));
-    const endpoints = [];
-    const nEndpoints = Math.ceil(streams / 1000);
-    const perEndpoint = Math.ceil(streams / nEndpoints);
-    for (let i = 0; i < nEndpoints; i++) endpoints.push({ url: `${fakes[i % nFakes].url}/s${i}`, slots: perEndpoint });
-    const gw = await startGateway({
-      endpoints, slots: perEndpoint, maxIdle: 4, // Every client is 127.0.0.1: the per-address cap must let them all in.
-      serverExtra: `  max_connections: ${streams + 16}\n  max_connections_per_ip: ${streams + 16}\n`,
-    });
+  // Phase B: held streams through one gateway, to plain http replicas (the fake), then to https
+  // ones: FLEETGATE_BENCH_SCALE=streams runs both, =streams-http or =streams-https one.
+  for (const tls of [false, true]) {
+    if (!['', 'streams', `streams-${tls ? 'https' : 'http'}`].includes(only)) continue;
+    const phase = await streamPhase({ streams, wantStreams, fdNote, tls });
+    rows.push(...phase.rows);
+    md += phase.md;
+  }
+  return { md, rows };
+}
+
+// Held streams through one gateway: `streams` streaming clients at once, each answered by a fake
+// replica (https ones when tls) with a paced event stream.
+async function streamPhase({ streams, wantStreams, fdNote, tls }) {
+  const rows = [];
+  let md = '';
+  const scheme = tls ? 'https' : 'http';
+  const interval = QUICK ? 1000 : 2000;
+  const hold = QUICK ? 4000 : 30000;
+  const chunks = Math.round(hold / interval);
+  const nFakes = QUICK ? 1 : 4;
+  const fakes = [];
+  const cert = tls ? selfSignedCert() : null;  // one for every fake: the gateway trusts it
+  for (let i = 0; i < nFakes; i++) fakes.push(await startFake({ chunks, intervalMs: interval, firstMs: 0, cert }));
+  const endpoints = [];
+  const nEndpoints = Math.ceil(streams / 1000);
+  const perEndpoint = Math.ceil(streams / nEndpoints);
+  for (let i = 0; i < nEndpoints; i++) endpoints.push({ url: `${fakes[i % nFakes].url}/s${i}`, slots: perEndpoint });
+  const gw = await startGateway({
+    endpoints, slots: perEndpoint, maxIdle: 4, // Every client is 127.0.0.1: the per-address cap must let them all in.
+    serverExtra: `  max_connections: ${streams + 16}\n  max_connections_per_ip: ${streams + 16}\n`,
+    upstreamExtra: tls ? `  ca_file: ${yamlString(cert.cert)}\n` : '',
+  });
+  try {
+    await sleep(500);
+    const rssIdle = rssMiB(gw.pid);
+    // https: each stream's upstream connection is a new TLS handshake (~1 ms of the gateway's
+    // CPU, more of the fake's); at 2,000/s this machine could not make them in time (2026-12-07:
+    // a quarter of the streams failed), so they open at a quarter of the rate, still all open at
+    // once for a while.
+    const rate = (QUICK ? 1000 : 2000) / (tls ? 4 : 1);
+    log(`scale: opening ${streams} ${scheme} streams at ${rate}/s, each ${chunks} events ${interval} ms apart`);
+    const samples = [];
+    let lastProgress = { open_streams: 0 };
+    const sampler = setInterval(() => {
+      samples.push({
+        t: Date.now(), open: lastProgress.open_streams, rss: rssMiB(gw.pid), cpu: cpuSeconds(gw.pid), fds: openFds(gw.pid),
+      });
+    }, 500);
+    let r;
     try {
-      await sleep(500);
-      const rssIdle = rssMiB(gw.pid);
-      const rate = QUICK ? 1000 : 2000;
-      log(`scale: opening ${streams} streams at ${rate}/s, each ${chunks} events ${interval} ms apart`);
-      const samples = [];
-      let lastProgress = { open_streams: 0 };
-      const sampler = setInterval(() => {
-        samples.push({
-          t: Date.now(), open: lastProgress.open_streams, rss: rssMiB(gw.pid), cpu: cpuSeconds(gw.pid), fds: openFds(gw.pid),
-        });
-      }, 500);
-      let r;
-      try {
-        r = await load({
-          url: chatUrl(gw.url), body: CHAT_STREAM, connections: streams, once: true, connectRate: rate,
-          duration: streams / rate + hold / 1000 + 10, grace: 10, progress: (p) => (lastProgress = p),
-        });
-      } finally {
-        clearInterval(sampler);
-      }
-      requireOk(r, 'scale streams');
-      const peak = Math.max(...samples.map((s) => s.open));
-      const plateau = samples.filter((s) => s.open >= 0.98 * peak);
-      let cpuPct = NaN;
-      if (plateau.length >= 2) {
-        const a = plateau[0];
-        const b = plateau[plateau.length - 1];
-        cpuPct = (100 * (b.cpu - a.cpu)) / ((b.t - a.t) / 1000);
-      }
-      const rssPeak = Math.max(...samples.map((s) => s.rss));
-      const perStream = (rssPeak - rssIdle) / Math.max(1, peak);
-      const row = {
-        repeat: 1, phase: 'streams', streams_wanted: wantStreams, streams_opened: peak, completed: r.ok,
-        rss_idle_mib: rssIdle, rss_peak_mib: rssPeak, rss_per_stream_kib: perStream * 1024,
-        rss_at_10k_mib: rssIdle + perStream * wantStreams, cpu_pct_plateau: cpuPct,
-        events_per_s: peak / (interval / 1000), plateau_s: plateau.length >= 2 ? (plateau.at(-1).t - plateau[0].t) / 1000 : 0,
-        ttfb_p50_ms: r.first_event_ms.p50, ttfb_p99_ms: r.first_event_ms.p99, gap_p99_ms: r.gap_ms.p99,
-        fds_peak: Math.max(...samples.map((s) => s.fds)), errors: sumErrors(r), non_200: r.completed - r.ok,
-        unfinished: r.unfinished,
-      };
-      rows.push(row);
-      log(
-        `  ${peak} streams open: RSS ${fmt(rssPeak, 1)} MiB (idle ${fmt(rssIdle, 1)}), ${fmt(perStream * 1024, 1)} KiB/stream, ` +
-          `CPU ${fmt(cpuPct, 1)}% at ${fmt(row.events_per_s, 0)} events/s; ${r.ok} completed, ${sumErrors(r)} errors`,
-      );
-      md += `**Held streams**: ${peak} concurrent streaming clients through one gateway (opened at ${rate}/s), each
+      r = await load({
+        url: chatUrl(gw.url), body: CHAT_STREAM, connections: streams, once: true, connectRate: rate,
+        duration: streams / rate + hold / 1000 + 10, grace: 10, progress: (p) => (lastProgress = p),
+      });
+    } finally {
+      clearInterval(sampler);
+    }
+    requireOk(r, 'scale streams');
+    const peak = Math.max(...samples.map((s) => s.open));
+    const plateau = samples.filter((s) => s.open >= 0.98 * peak);
+    let cpuPct = NaN;
+    if (plateau.length >= 2) {
+      const a = plateau[0];
+      const b = plateau[plateau.length - 1];
+      cpuPct = (100 * (b.cpu - a.cpu)) / ((b.t - a.t) / 1000);
+    }
+    const rssPeak = Math.max(...samples.map((s) => s.rss));
+    const perStream = (rssPeak - rssIdle) / Math.max(1, peak);
+    const row = {
+      repeat: 1, phase: 'streams', scheme, streams_wanted: wantStreams, streams_opened: peak, completed: r.ok,
+      rss_idle_mib: rssIdle, rss_peak_mib: rssPeak, rss_per_stream_kib: perStream * 1024,
+      rss_at_10k_mib: rssIdle + perStream * wantStreams, cpu_pct_plateau: cpuPct,
+      events_per_s: peak / (interval / 1000), plateau_s: plateau.length >= 2 ? (plateau.at(-1).t - plateau[0].t) / 1000 : 0,
+      ttfb_p50_ms: r.first_event_ms.p50, ttfb_p99_ms: r.first_event_ms.p99, gap_p99_ms: r.gap_ms.p99,
+      fds_peak: Math.max(...samples.map((s) => s.fds)), errors: sumErrors(r), non_200: r.completed - r.ok,
+      unfinished: r.unfinished,
+    };
+    rows.push(row);
+    log(
+      `  ${peak} streams open (${scheme} replicas): RSS ${fmt(rssPeak, 1)} MiB (idle ${fmt(rssIdle, 1)}), ${fmt(perStream * 1024, 1)} KiB/stream, ` +
+        `CPU ${fmt(cpuPct, 1)}% at ${fmt(row.events_per_s, 0)} events/s; ${r.ok} completed, ${sumErrors(r)} errors`,
+    );
+    md += `**Held streams, ${scheme} replicas**${tls ? ' (fgload serve with OpenSSL, TLS 1.3, a P-256 certificate: a TLS connection from the gateway per stream)' : ''}: ${peak} concurrent streaming clients through one gateway (opened at ${rate}/s), each
 receiving one event every ${interval / 1000} s for ${hold / 1000} s from ${nFakes} fake replica process(es) (${nEndpoints} endpoints of
 ${perEndpoint} slots). ${fdNote}
 
 ${markdownTable(
-  ['streams open', 'completed', 'RSS idle MiB', 'RSS peak MiB', 'KiB/stream', `RSS at ${wantStreams} MiB (extrapolated)`, 'CPU % (plateau)', 'events/s relayed', 'first event p99 ms', 'errors'],
-  [[peak, r.ok, fmt(rssIdle, 1), fmt(rssPeak, 1), fmt(perStream * 1024, 1), fmt(row.rss_at_10k_mib, 0), fmt(cpuPct, 1), fmt(row.events_per_s, 0), fmt(r.first_event_ms.p99, 1), row.errors + row.non_200 + row.unfinished]],
+['streams open', 'completed', 'RSS idle MiB', 'RSS peak MiB', 'KiB/stream', `RSS at ${wantStreams} MiB (extrapolated)`, 'CPU % (plateau)', 'events/s relayed', 'first event p99 ms', 'errors'],
+[[peak, r.ok, fmt(rssIdle, 1), fmt(rssPeak, 1), fmt(perStream * 1024, 1), fmt(row.rss_at_10k_mib, 0), fmt(cpuPct, 1), fmt(row.events_per_s, 0), fmt(r.first_event_ms.p99, 1), row.errors + row.non_200 + row.unfinished]],
 )}
 `;
-    } finally {
-      await stopAll([gw.proc, ...fakes.map((f) => f.proc)]);
-    }
+  } finally {
+    await stopAll([gw.proc, ...fakes.map((f) => f.proc)]);
   }
   return { md, rows };
 }

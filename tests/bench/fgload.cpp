@@ -15,8 +15,11 @@
 // "stream": true gets a paced SSE stream (`--chunks` events, the first after `--first-ms`, then one
 // every `--interval-ms`, then data: [DONE]); any other POST gets a fixed chat.completion after
 // `--delay-ms`. Any path prefix is accepted, so many distinct replica URLs can share one server.
+// With `--cert FILE --key FILE` it serves https (OpenSSL's defaults, as the agent's: TLS 1.3),
+// like a phone's address.
 //
-// Raw sockets and epoll, no dependencies: the tool must cost less CPU than what it measures.
+// Raw sockets and epoll, OpenSSL only for `serve --cert`: the tool must cost less CPU than what
+// it measures.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -28,6 +31,9 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -889,6 +895,7 @@ struct ServeOptions {
   double delay_ms = 0;
   int threads = 1;
   std::string model = "m";
+  std::string cert_file, key_file;  // both: https
 };
 
 volatile sig_atomic_t g_stop = 0;
@@ -898,6 +905,7 @@ void on_signal(int) {
 
 struct ServerConn {
   int fd = -1;
+  SSL* ssl = nullptr;  // https: the connection's TLS (its handshake done once SSL_is_init_finished)
   std::uint32_t gen = 0;
   std::string in;
   std::string out;
@@ -915,7 +923,9 @@ struct Timer {
 
 class Server {
  public:
-  Server(const ServeOptions& opt, int listen_fd) : opt_(opt), lfd_(listen_fd) {
+  // tls: nullptr for plain http.
+  Server(const ServeOptions& opt, int listen_fd, SSL_CTX* tls)
+      : opt_(opt), lfd_(listen_fd), tls_(tls) {
     std::string json =
         "{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion\",\"created\":1700000000,"
         "\"model\":\"" +
@@ -978,24 +988,7 @@ class Server {
         if (conns_[fd].fd < 0)
           continue;
         if (events[k].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-          for (;;) {
-            ssize_t got = recv(fd, buf, sizeof(buf), 0);
-            if (got > 0) {
-              conns_[fd].in.append(buf, static_cast<std::size_t>(got));
-              if (static_cast<std::size_t>(got) < sizeof(buf))
-                break;
-              continue;
-            }
-            if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-              drop(fd);
-              break;
-            }
-            if (errno == EINTR)
-              continue;
-            break;
-          }
-          if (conns_[fd].fd >= 0)
-            handle_input(fd);
+          read_input(fd, buf, sizeof(buf));
         }
       }
       now = now_ns();
@@ -1017,6 +1010,96 @@ class Server {
     return b;
   }
 
+  // Reads what has arrived (https: through TLS, its handshake first) and answers it.
+  void read_input(int fd, char* buf, std::size_t size) {
+    for (;;) {
+      ssize_t got = receive(fd, buf, size);
+      if (got > 0) {
+        conns_[fd].in.append(buf, static_cast<std::size_t>(got));
+        if (conns_[fd].ssl == nullptr && static_cast<std::size_t>(got) < size)
+          break;  // plain TCP: a short read emptied the socket (TLS reads until it would block)
+        continue;
+      }
+      if (got == kWouldBlock)
+        break;
+      drop(fd);
+      return;
+    }
+    if (conns_[fd].fd >= 0)
+      handle_input(fd);
+  }
+
+  static constexpr ssize_t kWouldBlock = -1;  // receive() and transmit(): try again later
+  static constexpr ssize_t kFailed = -2;
+
+  // > 0 bytes, 0 the peer closed, kWouldBlock, kFailed.
+  ssize_t receive(int fd, char* buf, std::size_t size) {
+    SSL* ssl = conns_[fd].ssl;
+    if (ssl == nullptr) {
+      for (;;) {
+        ssize_t got = recv(fd, buf, size, 0);
+        if (got >= 0)
+          return got;
+        if (errno == EINTR)
+          continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kFailed;
+      }
+    }
+    ERR_clear_error();
+    if (!SSL_is_init_finished(ssl)) {
+      int r = SSL_accept(ssl);
+      if (r != 1)
+        return tls_failure(fd, r);
+    }
+    std::size_t n = 0;
+    int r = SSL_read_ex(ssl, buf, size, &n);
+    if (r == 1)
+      return static_cast<ssize_t>(n);
+    int why = SSL_get_error(ssl, r);
+    return why == SSL_ERROR_ZERO_RETURN ? 0 : tls_failure(fd, r);
+  }
+
+  // Bytes written (> 0), kWouldBlock (nothing written: call again with the same bytes first) or
+  // kFailed.
+  ssize_t transmit(int fd, const char* data, std::size_t size) {
+    SSL* ssl = conns_[fd].ssl;
+    if (ssl == nullptr) {
+      for (;;) {
+        ssize_t n = send(fd, data, size, MSG_NOSIGNAL);
+        if (n >= 0)
+          return n;
+        if (errno == EINTR)
+          continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kFailed;
+      }
+    }
+    ERR_clear_error();
+    std::size_t n = 0;
+    int r = SSL_write_ex(ssl, data, size, &n);
+    return r == 1 ? static_cast<ssize_t>(n) : tls_failure(fd, r);
+  }
+
+  // After a failed OpenSSL call: kWouldBlock when it waits for the socket (watching it for
+  // output while OpenSSL wants to write), else kFailed.
+  ssize_t tls_failure(int fd, int r) {
+    int why = SSL_get_error(conns_[fd].ssl, r);
+    ERR_clear_error();
+    if (why == SSL_ERROR_WANT_READ)
+      return kWouldBlock;
+    if (why == SSL_ERROR_WANT_WRITE) {
+      watch(fd, true);
+      return kWouldBlock;
+    }
+    return kFailed;
+  }
+
+  void watch(int fd, bool output) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP | (output ? EPOLLOUT : 0u);
+    ev.data.u64 = static_cast<std::uint64_t>(fd);
+    epoll_ctl(ep_, EPOLL_CTL_MOD, fd, &ev);
+  }
+
   void accept_all() {
     for (;;) {
       int fd = accept4(lfd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -1030,6 +1113,12 @@ class Server {
       c = ServerConn{};
       c.fd = fd;
       c.gen = gen;
+      if (tls_ != nullptr) {
+        c.ssl = SSL_new(tls_);
+        if (c.ssl == nullptr || SSL_set_fd(c.ssl, fd) != 1)
+          die("cannot make a TLS connection");
+        SSL_set_accept_state(c.ssl);
+      }
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLRDHUP;
       ev.data.u64 = static_cast<std::uint64_t>(fd);
@@ -1042,6 +1131,10 @@ class Server {
     if (c.fd < 0)
       return;
     epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
+    if (c.ssl != nullptr) {
+      SSL_free(c.ssl);
+      c.ssl = nullptr;
+    }
     close(fd);
     c.fd = -1;
     c.gen++;
@@ -1059,21 +1152,16 @@ class Server {
     }
     std::size_t pos = 0;
     while (pos < bytes.size()) {
-      ssize_t n = send(fd, bytes.data() + pos, bytes.size() - pos, MSG_NOSIGNAL);
+      ssize_t n = transmit(fd, bytes.data() + pos, bytes.size() - pos);
       if (n > 0) {
         pos += static_cast<std::size_t>(n);
         continue;
       }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (n == kWouldBlock) {
         c.out.assign(bytes, pos, std::string::npos);
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
-        ev.data.u64 = static_cast<std::uint64_t>(fd);
-        epoll_ctl(ep_, EPOLL_CTL_MOD, fd, &ev);
+        watch(fd, true);
         return;
       }
-      if (n < 0 && errno == EINTR)
-        continue;
       drop(fd);
       return;
     }
@@ -1081,21 +1169,24 @@ class Server {
 
   void flush(int fd) {
     auto& c = conns_[fd];
+    if (c.ssl != nullptr && !SSL_is_init_finished(c.ssl)) {
+      watch(fd, false);  // the handshake wanted to write: go on with it
+      char buf[4096];
+      read_input(fd, buf, sizeof(buf));
+      return;
+    }
     while (!c.out.empty()) {
-      ssize_t n = send(fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+      ssize_t n = transmit(fd, c.out.data(), c.out.size());
       if (n > 0) {
         c.out.erase(0, static_cast<std::size_t>(n));
         continue;
       }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      if (n == kWouldBlock)
         return;
       drop(fd);
       return;
     }
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.u64 = static_cast<std::uint64_t>(fd);
-    epoll_ctl(ep_, EPOLL_CTL_MOD, fd, &ev);
+    watch(fd, false);
   }
 
   void handle_input(int fd) {
@@ -1197,6 +1288,7 @@ class Server {
 
   const ServeOptions& opt_;
   int lfd_;
+  SSL_CTX* tls_;
   int ep_ = -1;
   std::vector<ServerConn> conns_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
@@ -1240,8 +1332,23 @@ int cmd_serve(int argc, char** argv) {
       opt.threads = std::max(1, std::atoi(next().c_str()));
     else if (a == "--model")
       opt.model = next();
+    else if (a == "--cert")
+      opt.cert_file = next();
+    else if (a == "--key")
+      opt.key_file = next();
     else
       die("unknown option " + a);
+  }
+  if (opt.cert_file.empty() != opt.key_file.empty())
+    die("--cert and --key go together");
+  SSL_CTX* tls = nullptr;
+  if (!opt.cert_file.empty()) {
+    tls = SSL_CTX_new(TLS_server_method());
+    if (tls == nullptr || SSL_CTX_use_certificate_chain_file(tls, opt.cert_file.c_str()) != 1 ||
+        SSL_CTX_use_PrivateKey_file(tls, opt.key_file.c_str(), SSL_FILETYPE_PEM) != 1)
+      die("cannot load " + opt.cert_file + " and " + opt.key_file);
+    // A pending write may be retried from c.out after more was appended to it.
+    SSL_CTX_set_mode(tls, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   }
   sockaddr_in addr{};
   if (!parse_hostport(opt.listen, &addr))
@@ -1266,7 +1373,7 @@ int cmd_serve(int argc, char** argv) {
   std::vector<std::unique_ptr<Server>> servers;
   std::vector<std::thread> threads;
   for (int fd : fds)
-    servers.push_back(std::make_unique<Server>(opt, fd));
+    servers.push_back(std::make_unique<Server>(opt, fd, tls));
   for (std::size_t t = 1; t < servers.size(); ++t) {
     threads.emplace_back([&servers, t] { servers[t]->run(); });
   }
@@ -1287,7 +1394,8 @@ int main(int argc, char** argv) {
         "         [--requests N] [--once] [--connect-rate R] [--progress] [--max-time S]\n"
         "         [--method GET|POST] [--header 'Name: value']...\n"
         "       fgload serve [--listen 127.0.0.1:0] [--chunks N] [--interval-ms I]\n"
-        "         [--first-ms F] [--delay-ms D] [--threads T] [--model M]\n");
+        "         [--first-ms F] [--delay-ms D] [--threads T] [--model M]\n"
+        "         [--cert FILE --key FILE]\n");
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];

@@ -12,8 +12,6 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <new>
-#include <stdexcept>
 #include <system_error>
 #include <utility>
 
@@ -59,7 +57,7 @@ struct ProbeSocket::TlsSocketIo {
   std::optional<std::int64_t> arrived_unix_ns;  // of the last bytes read
   bool eof = false;                             // a read found the connection's end
 
-  static BIO_METHOD* method();
+  static BIO_METHOD* method();  // nullptr if OpenSSL could not make it
   static int read(BIO* bio, char* out, int size);
   static int write(BIO* bio, const char* in, int size);
   static long ctrl(BIO* bio, int cmd, long num, void* ptr);
@@ -110,11 +108,12 @@ long ProbeSocket::TlsSocketIo::ctrl(BIO* bio, int cmd, long /*num*/, void* /*ptr
 BIO_METHOD* ProbeSocket::TlsSocketIo::method() {
   static BIO_METHOD* const made = [] {
     BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "fleetgate probe");
-    if (m == nullptr || BIO_meth_set_read(m, &TlsSocketIo::read) != 1 ||
-        BIO_meth_set_write(m, &TlsSocketIo::write) != 1 ||
-        BIO_meth_set_ctrl(m, &TlsSocketIo::ctrl) != 1 ||
-        BIO_meth_set_create(m, &TlsSocketIo::create) != 1) {
-      throw std::runtime_error("OpenSSL: cannot make the probe connections' BIO method");
+    if (m != nullptr && (BIO_meth_set_read(m, &TlsSocketIo::read) != 1 ||
+                         BIO_meth_set_write(m, &TlsSocketIo::write) != 1 ||
+                         BIO_meth_set_ctrl(m, &TlsSocketIo::ctrl) != 1 ||
+                         BIO_meth_set_create(m, &TlsSocketIo::create) != 1)) {
+      BIO_meth_free(m);
+      m = nullptr;
     }
     return m;
   }();
@@ -128,12 +127,13 @@ ProbeSocket::ProbeSocket(int fd, ssl_st* ssl) : fd_(fd), ssl_(ssl) {
     return;
   }
   SSL_set_read_ahead(ssl_, 1);
+  BIO_METHOD* method = TlsSocketIo::method();
+  BIO* bio = method != nullptr ? BIO_new(method) : nullptr;
+  if (bio == nullptr) {
+    return;  // out of memory: OpenSSL's socket BIO stays, and answers come without timestamps
+  }
   tls_io_ = std::make_unique<TlsSocketIo>();
   tls_io_->fd = fd;
-  BIO* bio = BIO_new(TlsSocketIo::method());
-  if (bio == nullptr) {
-    throw std::bad_alloc();
-  }
   BIO_set_data(bio, tls_io_.get());
   // Frees the socket BIO that SSL_set_fd made (BIO_NOCLOSE: the descriptor stays open). Nothing
   // is buffered in it: net::release_tls hands over a connection with nothing pending.
@@ -186,12 +186,16 @@ bool ProbeSocket::send_now(std::string_view bytes) {
 
 ProbeSocket::Received ProbeSocket::receive_tls(std::span<char> buffer) {
   Received out;
-  tls_io_->arrived_unix_ns.reset();
+  if (tls_io_ != nullptr) {
+    tls_io_->arrived_unix_ns.reset();
+  }
   ERR_clear_error();
   std::size_t n = 0;
   const int r = SSL_read_ex(ssl_, buffer.data(), buffer.size(), &n);
   const int saved_errno = errno;
-  out.arrived_unix_ns = tls_io_->arrived_unix_ns;  // none when OpenSSL had the bytes already
+  if (tls_io_ != nullptr) {
+    out.arrived_unix_ns = tls_io_->arrived_unix_ns;  // none when OpenSSL had the bytes already
+  }
   if (r == 1) {
     out.bytes = n;
     return out;

@@ -1035,16 +1035,8 @@ class Server {
   // > 0 bytes, 0 the peer closed, kWouldBlock, kFailed.
   ssize_t receive(int fd, char* buf, std::size_t size) {
     SSL* ssl = conns_[fd].ssl;
-    if (ssl == nullptr) {
-      for (;;) {
-        ssize_t got = recv(fd, buf, size, 0);
-        if (got >= 0)
-          return got;
-        if (errno == EINTR)
-          continue;
-        return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kFailed;
-      }
-    }
+    if (ssl == nullptr)
+      return plain_io([&] { return recv(fd, buf, size, 0); });
     ERR_clear_error();
     if (!SSL_is_init_finished(ssl)) {
       int r = SSL_accept(ssl);
@@ -1063,20 +1055,25 @@ class Server {
   // kFailed.
   ssize_t transmit(int fd, const char* data, std::size_t size) {
     SSL* ssl = conns_[fd].ssl;
-    if (ssl == nullptr) {
-      for (;;) {
-        ssize_t n = send(fd, data, size, MSG_NOSIGNAL);
-        if (n >= 0)
-          return n;
-        if (errno == EINTR)
-          continue;
-        return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kFailed;
-      }
-    }
+    if (ssl == nullptr)
+      return plain_io([&] { return send(fd, data, size, MSG_NOSIGNAL); });
     ERR_clear_error();
     std::size_t n = 0;
     int r = SSL_write_ex(ssl, data, size, &n);
     return r == 1 ? static_cast<ssize_t>(n) : tls_failure(fd, r);
+  }
+
+  // A plain socket call (recv or send), retried when interrupted, in receive()'s and
+  // transmit()'s terms.
+  template <class Call>
+  static ssize_t plain_io(Call call) {
+    for (;;) {
+      ssize_t n = call();
+      if (n >= 0)
+        return n;
+      if (errno != EINTR)
+        return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kFailed;
+    }
   }
 
   // After a failed OpenSSL call: kWouldBlock when it waits for the socket (watching it for

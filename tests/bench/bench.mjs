@@ -1237,10 +1237,10 @@ async function streamPhase({ streams, wantStreams, fdNote, tls }) {
   try {
     await sleep(500);
     const rssIdle = rssMiB(gw.pid);
-    // https: each stream's upstream connection is a new TLS handshake (~1 ms of the gateway's
-    // CPU, more of the fake's); at 2,000/s this machine could not make them in time (2026-12-07:
-    // a quarter of the streams failed), so they open at a quarter of the rate, still all open at
-    // once for a while.
+    // https: each stream's upstream connection is a new full TLS handshake, for the gateway and
+    // for the fake; at 2,000/s this machine, busy with a CI run, did not make them in time
+    // (2026-12-07: 22% and 32% of the streams failed in two runs), so they open at a quarter of
+    // the rate (9,500 in 19 s), still all open at once for 11 s.
     const rate = (QUICK ? 1000 : 2000) / (tls ? 4 : 1);
     log(`scale: opening ${streams} ${scheme} streams at ${rate}/s, each ${chunks} events ${interval} ms apart`);
     const samples = [];

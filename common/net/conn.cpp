@@ -220,19 +220,6 @@ error_code tls_error(SocketIo& io, int ssl_error) {
   return asio::ssl::error::stream_truncated;
 }
 
-// Gives OpenSSL's read buffer back before a connection waits for input. With
-// SSL_MODE_RELEASE_BUFFERS, OpenSSL 3.0 frees its write buffer once a write is out, and its read
-// buffer (16.5 KiB) when a read finds the socket empty; but a held stream waits for the socket
-// and then reads once (the event's record, whole), so its buffer stayed for the stream's life:
-// heaptrack, 100 held streams to an https replica: 1.65 MB of them. With it freed here, 9,500
-// held https streams took 26 KiB per stream instead of 33 (docs/benchmarks.md). SSL_free_buffers
-// frees nothing that holds a record not yet read; the next read allocates it again.
-void release_buffers(SocketIo& io) {
-  if (SSL_is_init_finished(io.ssl)) {
-    SSL_free_buffers(io.ssl);
-  }
-}
-
 // OpenSSL writes to the socket with write(2), which raises SIGPIPE when the peer is gone (Asio's
 // own sends pass MSG_NOSIGNAL); its default action ends the process. Ignored once, process-wide,
 // before the first TLS connection. Child processes get every signal reset to its default
@@ -327,6 +314,18 @@ class TlsConn final : public TimedConn {
   // Records OpenSSL read from the socket and holds (decrypted or not): the socket alone cannot
   // tell.
   bool input_buffered() const override { return SSL_has_pending(io_->ssl) != 0; }
+  // With SSL_MODE_RELEASE_BUFFERS, OpenSSL 3.0 frees its write buffer once a write is out and its
+  // read buffer when a read finds the socket empty; but a held stream waits for the socket and
+  // then reads once (the event's record, whole), so the read buffer stayed for the stream's
+  // life: heaptrack, 100 held streams to an https replica: 1.65 MB of them. Freed here, 9,500
+  // held https streams took 26 KiB per stream instead of 33 (docs/benchmarks.md).
+  // SSL_free_buffers frees nothing that holds a record not yet read; the next read allocates it
+  // again.
+  void release_buffers() override {
+    if (SSL_is_init_finished(io_->ssl)) {
+      SSL_free_buffers(io_->ssl);
+    }
+  }
   void async_read_some(asio::mutable_buffer buffer, ReadHandler handler) override {
     read_step(io_, buffer, std::move(handler), arm(deadline_, Expiry::close), true);
   }
@@ -358,7 +357,6 @@ class TlsConn final : public TimedConn {
                  [handler = std::move(handler)]() mutable { std::move(handler)(error_code{}); });
       return;
     }
-    release_buffers(*io_);
     TimedConn::start_wait_readable(timeout, std::move(handler));
   }
 

@@ -66,6 +66,9 @@ class Conn : public Closable {
   auto async_wait_readable(std::chrono::steady_clock::duration timeout, Token&& token) {
     return asio::async_initiate<Token, void(error_code)>(
         [this, timeout](auto handler) {
+          if (!input_buffered()) {
+            release_buffers();  // nothing is read while it waits
+          }
           if (timeout == std::chrono::steady_clock::duration::max() && !input_buffered()) {
             // No timer, nothing held in user space: the socket's own wait takes the handler as
             // it is (a client watch waits here for minutes; type erasure cost ~0.1 KiB more).
@@ -79,6 +82,10 @@ class Conn : public Closable {
   // Whether input was read from the socket already and waits in user space (OpenSSL's records):
   // then the socket may never wake, and a wait must end at once.
   virtual bool input_buffered() const { return false; }
+  // Gives back what the connection needs only while it reads (TLS: OpenSSL's 16.5 KiB read
+  // buffer, which OpenSSL 3.0 kept while a held stream waited). Called before every wait for
+  // input with nothing buffered; plain connections hold nothing of the kind.
+  virtual void release_buffers() {}
   // Whether read_now works: reading into a buffer shared by every connection of the thread
   // (plain TCP: yes; TLS: no, OpenSSL reads the socket itself).
   virtual bool can_read_now() const = 0;

@@ -27,6 +27,7 @@
 #include <boost/beast/core/tcp_stream.hpp>
 
 #include "common/net/resolver.hpp"
+#include "common/net/tls_sessions.hpp"
 
 namespace fg::net {
 
@@ -257,6 +258,28 @@ class TlsConn final : public TimedConn {
     }
     return SSL_set_tlsext_host_name(io_->ssl, host.c_str()) == 1 &&
            SSL_set1_host(io_->ssl, host.c_str()) == 1;
+  }
+
+  // Client side, before the handshake: offers the session kept for server (TlsSessions), when
+  // the context keeps them.
+  void resume_from(const std::string& server) {
+    if (TlsSessions* sessions = TlsSessions::of(SSL_get_SSL_CTX(io_->ssl))) {
+      sessions->offer(io_->ssl, server);
+    }
+  }
+  // After a failed client handshake: the next connection to the server starts afresh.
+  void forget_session() {
+    if (TlsSessions* sessions = TlsSessions::of(SSL_get_SSL_CTX(io_->ssl))) {
+      sessions->forget(io_->ssl);
+    }
+  }
+  // After a successful client handshake: whether it resumed, counted for the metrics.
+  bool count_handshake() {
+    const bool resumed = SSL_session_reused(io_->ssl) == 1;
+    if (TlsSessions* sessions = TlsSessions::of(SSL_get_SSL_CTX(io_->ssl))) {
+      sessions->count_handshake(resumed);
+    }
+    return resumed;
   }
 
   asio::awaitable<error_code> handshake(bool client) {
@@ -506,6 +529,9 @@ std::shared_ptr<asio::ssl::context> make_client_tls_context(const std::string& c
     }
   }
   ctx->set_verify_mode(asio::ssl::verify_peer);
+  if (TlsSessions::enable(ctx->native_handle()) == nullptr) {
+    throw std::runtime_error("cannot keep TLS sessions (SSL_CTX_set_ex_data)");
+  }
   return ctx;
 }
 
@@ -562,13 +588,16 @@ asio::awaitable<ConnectResult> connect_to(const Url& url, asio::ssl::context* tl
     result.ec = asio::error::invalid_argument;
     co_return result;
   }
+  tls->resume_from(url.to_string());
   const error_code hs_ec = co_await tls->handshake(true);
   if (hs_ec) {
+    tls->forget_session();
     result.failure = hs_ec == beast::error::timeout ? ConnectFailure::timeout : ConnectFailure::tls;
     result.ec = hs_ec;
     co_return result;
   }
   tls->expires_never();
+  result.tls_resumed = tls->count_handshake();
   result.conn = std::move(tls);
   co_return result;
 }

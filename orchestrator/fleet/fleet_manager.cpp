@@ -11,6 +11,7 @@
 #include "common/log/log.hpp"
 #include "common/net/resolver.hpp"
 #include "common/net/server.hpp"
+#include "common/net/tls_sessions.hpp"
 #include "orchestrator/fleet/local_fleet.hpp"
 #include "orchestrator/fleet/url_challenge.hpp"
 #include "orchestrator/fleet/url_challenge_fetch.hpp"
@@ -405,6 +406,10 @@ void FleetManager::begin_removal(Replica& replica) {
   book_.forget(replica.id);
 }
 
+net::TlsSessions* FleetManager::tls_sessions() const {
+  return tls_ != nullptr ? net::TlsSessions::of(tls_->native_handle()) : nullptr;
+}
+
 void FleetManager::finish_removal(ReplicaId id) {
   removing_.erase(std::remove(removing_.begin(), removing_.end(), id), removing_.end());
   book_.forget(id);
@@ -416,6 +421,14 @@ void FleetManager::finish_removal(ReplicaId id) {
   metrics_.forget_replica(replica->model, replica->name);
   replica->health_check_series = nullptr;
   registry_.remove(id);
+  // Its TLS session goes with it, unless another entry serves the URL already (a replica that
+  // registered again).
+  if (net::TlsSessions* sessions = tls_sessions()) {
+    const std::string url = replica->url.to_string();
+    if (live_by_url(url) == nullptr) {
+      sessions->forget_server(url);
+    }
+  }
   write_sd_file();
   scheduler_.remove_replica(id);
   tracker_.remove(id);
@@ -826,6 +839,10 @@ void FleetManager::update_metrics() {
                                       .reported_blocks = stats.reported_blocks,
                                       .under = stats.under,
                                       .over = stats.over});
+  if (const net::TlsSessions* sessions = tls_sessions()) {
+    metrics_.set_upstream_tls(static_cast<double>(sessions->size()), sessions->full_handshakes(),
+                              sessions->resumed_handshakes());
+  }
 }
 
 }  // namespace fg::fleet

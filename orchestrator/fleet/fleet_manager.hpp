@@ -24,6 +24,10 @@
 #include "orchestrator/health/health_tracker.hpp"
 #include "orchestrator/scheduling/scheduler.hpp"
 
+namespace fg::net {
+class TlsSessions;
+}
+
 namespace fg::metrics {
 class Metrics;
 }
@@ -87,6 +91,8 @@ class FleetManager {
   void update_metrics();
 
  private:
+  // The sessions the upstream TLS context keeps (null without one).
+  net::TlsSessions* tls_sessions() const;
   std::shared_ptr<Replica> add_replica(const std::string& model, const net::Url& url,
                                        std::uint32_t slots, Source source, health::State initial);
   void apply(const std::optional<health::Transition>& transition);

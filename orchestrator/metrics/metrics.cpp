@@ -165,6 +165,20 @@ Metrics::Metrics()
                     "the replica lost its cache, its other prompts are forgotten) or more than one "
                     "block beyond them (over).")
               .Register(*registry_)),
+      upstream_tls_sessions_(prometheus::BuildGauge()
+                                 .Name("fleetgate_upstream_tls_sessions")
+                                 .Help("https replicas whose latest TLS session the gateway keeps "
+                                       "to resume its next connection to them.")
+                                 .Register(*registry_)
+                                 .Add({})),
+      upstream_tls_handshakes_(
+          prometheus::BuildCounter()
+              .Name("fleetgate_upstream_tls_handshakes_total")
+              .Help("TLS handshakes with the replicas (proxied requests, probes, challenges), by "
+                    "kind: full, or resumed from a kept session (no certificate, no signature).")
+              .Register(*registry_)),
+      upstream_tls_full_(upstream_tls_handshakes_.Add({{"kind", "full"}})),
+      upstream_tls_resumed_(upstream_tls_handshakes_.Add({{"kind", "resumed"}})),
       connections_rejected_(
           prometheus::BuildCounter()
               .Name("fleetgate_connections_rejected_total")
@@ -370,6 +384,17 @@ void Metrics::set_replica_speeds(const std::string& model, const std::string& re
 void Metrics::set_prompt_cache(double blocks, double bytes) {
   prompt_cache_blocks_.Set(blocks);
   prompt_cache_bytes_.Set(bytes);
+}
+
+void Metrics::set_upstream_tls(double sessions, std::uint64_t full, std::uint64_t resumed) {
+  upstream_tls_sessions_.Set(sessions);
+  for (auto [counter, total] :
+       {std::pair{&upstream_tls_full_, full}, std::pair{&upstream_tls_resumed_, resumed}}) {
+    const double gained = static_cast<double>(total) - counter->Value();
+    if (gained > 0) {
+      counter->Increment(gained);
+    }
+  }
 }
 
 void Metrics::set_prompt_cache_accuracy(const PromptCacheAccuracy& totals) {

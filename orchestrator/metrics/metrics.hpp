@@ -92,6 +92,9 @@ class Metrics {
     std::uint64_t over = 0;
   };
   void set_prompt_cache_accuracy(const PromptCacheAccuracy& totals);
+  // TLS to the replicas (net::TlsSessions): servers with a session kept, and the handshakes made
+  // since start, full and resumed (totals; the counters move by what they gained).
+  void set_upstream_tls(double sessions, std::uint64_t full, std::uint64_t resumed);
   // Creates a configured model's series at zero, so that dashboards show 0 rather than "no
   // data" before the first event and rate() sees the first increment.
   void declare_model(const std::string& model);
@@ -153,6 +156,10 @@ class Metrics {
   prometheus::Counter& prompt_cache_predicted_;
   prometheus::Counter& prompt_cache_reported_;
   prometheus::Family<prometheus::Counter>& prompt_cache_mispredictions_;
+  prometheus::Gauge& upstream_tls_sessions_;
+  prometheus::Family<prometheus::Counter>& upstream_tls_handshakes_;
+  prometheus::Counter& upstream_tls_full_;
+  prometheus::Counter& upstream_tls_resumed_;
   prometheus::Family<prometheus::Counter>& connections_rejected_;
   prometheus::Family<prometheus::Gauge>& connections_open_;
   prometheus::Family<prometheus::Counter>& requests_refused_;

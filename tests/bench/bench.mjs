@@ -1248,6 +1248,7 @@ async function streamPhase({ streams, wantStreams, fdNote, tls }) {
     const sampler = setInterval(() => {
       samples.push({
         t: Date.now(), open: lastProgress.open_streams, rss: rssMiB(gw.pid), cpu: cpuSeconds(gw.pid), fds: openFds(gw.pid),
+        fakeCpu: fakes.reduce((sum, f) => sum + cpuSeconds(f.proc.pid), 0),
       });
     }, 500);
     let r;
@@ -1268,12 +1269,23 @@ async function streamPhase({ streams, wantStreams, fdNote, tls }) {
       const b = plateau[plateau.length - 1];
       cpuPct = (100 * (b.cpu - a.cpu)) / ((b.t - a.t) / 1000);
     }
+    // CPU per stream opened, from the first sample to the plateau: the connection, the request
+    // and (https) the TLS handshake, for the gateway and for the replicas (the phones' side),
+    // beside relaying the events of the streams already open.
+    let openUs = NaN;
+    let fakeOpenUs = NaN;
+    if (plateau.length >= 1 && plateau[0].open > samples[0].open) {
+      const opened = plateau[0].open - samples[0].open;
+      openUs = (1e6 * (plateau[0].cpu - samples[0].cpu)) / opened;
+      fakeOpenUs = (1e6 * (plateau[0].fakeCpu - samples[0].fakeCpu)) / opened;
+    }
     const rssPeak = Math.max(...samples.map((s) => s.rss));
     const perStream = (rssPeak - rssIdle) / Math.max(1, peak);
     const row = {
       repeat: 1, phase: 'streams', scheme, streams_wanted: wantStreams, streams_opened: peak, completed: r.ok,
       rss_idle_mib: rssIdle, rss_peak_mib: rssPeak, rss_per_stream_kib: perStream * 1024,
       rss_at_10k_mib: rssIdle + perStream * wantStreams, cpu_pct_plateau: cpuPct,
+      cpu_us_per_stream_opened: openUs, replica_cpu_us_per_stream_opened: fakeOpenUs,
       events_per_s: peak / (interval / 1000), plateau_s: plateau.length >= 2 ? (plateau.at(-1).t - plateau[0].t) / 1000 : 0,
       ttfb_p50_ms: r.first_event_ms.p50, ttfb_p99_ms: r.first_event_ms.p99, gap_p99_ms: r.gap_ms.p99,
       fds_peak: Math.max(...samples.map((s) => s.fds)), errors: sumErrors(r), non_200: r.completed - r.ok,
@@ -1282,15 +1294,16 @@ async function streamPhase({ streams, wantStreams, fdNote, tls }) {
     rows.push(row);
     log(
       `  ${peak} streams open (${scheme} replicas): RSS ${fmt(rssPeak, 1)} MiB (idle ${fmt(rssIdle, 1)}), ${fmt(perStream * 1024, 1)} KiB/stream, ` +
-        `CPU ${fmt(cpuPct, 1)}% at ${fmt(row.events_per_s, 0)} events/s; ${r.ok} completed, ${sumErrors(r)} errors`,
+        `CPU ${fmt(cpuPct, 1)}% at ${fmt(row.events_per_s, 0)} events/s; opening: ${fmt(openUs, 0)} µs of gateway CPU and ` +
+        `${fmt(fakeOpenUs, 0)} µs of replica CPU per stream; ${r.ok} completed, ${sumErrors(r)} errors`,
     );
     md += `**Held streams, ${scheme} replicas**${tls ? ' (fgload serve with OpenSSL, TLS 1.3, a P-256 certificate: a TLS connection from the gateway per stream)' : ''}: ${peak} concurrent streaming clients through one gateway (opened at ${rate}/s), each
 receiving one event every ${interval / 1000} s for ${hold / 1000} s from ${nFakes} fake replica process(es) (${nEndpoints} endpoints of
 ${perEndpoint} slots). ${fdNote}
 
 ${markdownTable(
-['streams open', 'completed', 'RSS idle MiB', 'RSS peak MiB', 'KiB/stream', `RSS at ${wantStreams} MiB (extrapolated)`, 'CPU % (plateau)', 'events/s relayed', 'first event p99 ms', 'errors'],
-[[peak, r.ok, fmt(rssIdle, 1), fmt(rssPeak, 1), fmt(perStream * 1024, 1), fmt(row.rss_at_10k_mib, 0), fmt(cpuPct, 1), fmt(row.events_per_s, 0), fmt(r.first_event_ms.p99, 1), row.errors + row.non_200 + row.unfinished]],
+['streams open', 'completed', 'RSS idle MiB', 'RSS peak MiB', 'KiB/stream', `RSS at ${wantStreams} MiB (extrapolated)`, 'CPU % (plateau)', 'events/s relayed', 'opening: gateway / replica CPU µs per stream', 'first event p99 ms', 'errors'],
+[[peak, r.ok, fmt(rssIdle, 1), fmt(rssPeak, 1), fmt(perStream * 1024, 1), fmt(row.rss_at_10k_mib, 0), fmt(cpuPct, 1), fmt(row.events_per_s, 0), `${fmt(openUs, 0)} / ${fmt(fakeOpenUs, 0)}`, fmt(r.first_event_ms.p99, 1), row.errors + row.non_200 + row.unfinished]],
 )}
 `;
   } finally {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <boost/asio/co_spawn.hpp>
@@ -29,6 +30,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "common/net/conn.hpp"
+#include "common/net/tls_sessions.hpp"
 
 namespace fg::net {
 namespace {
@@ -108,7 +110,7 @@ struct TlsPair {
   }
 
   // Accepts and handshakes on the server side while the client connects.
-  asio::awaitable<void> connect() {
+  asio::awaitable<void> connect(const std::string& path = "") {
     bool accepted = false;
     asio::co_spawn(
         io,
@@ -121,7 +123,7 @@ struct TlsPair {
         },
         asio::detached);
     const auto url =
-        parse_url("https://127.0.0.1:" + std::to_string(acceptor.local_endpoint().port()));
+        parse_url("https://127.0.0.1:" + std::to_string(acceptor.local_endpoint().port()) + path);
     connected = co_await connect_to(*url, client_ctx.get(), 5s);
     client = std::move(connected.conn);
     asio::steady_timer poll(io);
@@ -366,6 +368,127 @@ TEST(ConnTls, AConnectionGivesOpenSslsReadBufferBackWhileItWaitsForInput) {
     }
     EXPECT_EQ(co_await read_exactly(*p->client, 1), "x");
   }(&p));
+}
+
+// A TLS 1.3 server sends its session tickets after the handshake; the client takes them with its
+// first read. Connects (path: the server URL's path, which names a replica), then reads one byte
+// the server writes, so that the client holds the tickets; the connections stay open.
+asio::awaitable<bool> connect_and_take_tickets(TlsPair* p, const std::string& path = "") {
+  co_await p->connect(path);
+  if (!p->client) {
+    ADD_FAILURE() << "connect failed: " << p->connected.ec.message();
+    co_return false;
+  }
+  co_await p->server->write(asio::buffer(std::string_view("t")));
+  co_return co_await read_exactly(*p->client, 1) == "t";
+}
+
+// Resumption: the second connection to a server offers the session of the first, and the server
+// takes it (no certificate, no signature); bytes still go both ways.
+TEST(ConnTls, ASecondConnectionToTheSameServerResumesTheFirstOnesSession) {
+  TlsPair p;
+  p.run([](TlsPair* p) -> asio::awaitable<void> {
+    CO_ASSERT(co_await connect_and_take_tickets(p), "first connection");
+    EXPECT_FALSE(p->connected.tls_resumed);
+    auto first = std::move(p->client);
+    auto first_server = std::move(p->server);
+    EXPECT_EQ(TlsSessions::of(p->client_ctx->native_handle())->size(), 1u);
+    co_await p->connect();
+    CO_ASSERT(p->client, p->connected.ec.message());
+    EXPECT_TRUE(p->connected.tls_resumed) << "the second handshake was a full one";
+    const std::string out = pattern(100 * 1024, 'r');
+    co_await p->client->write(asio::buffer(out));
+    EXPECT_EQ(co_await read_exactly(*p->server, out.size()), out);
+    co_await p->server->write(asio::buffer(std::string_view("back")));
+    EXPECT_EQ(co_await read_exactly(*p->client, 4), "back");
+    // Of the first connection's two tickets one is left; OpenSSL's server sent one more after
+    // the resumed handshake.
+    const std::string server =
+        "https://127.0.0.1:" + std::to_string(p->acceptor.local_endpoint().port());
+    EXPECT_EQ(TlsSessions::of(p->client_ctx->native_handle())->kept(server), 2u);
+  }(&p));
+}
+
+// Each ticket is offered once (OpenSSL's client would not resume with it again): the first
+// connection's two tickets resume the next two connections, opened before either read its own
+// ticket; a third finds none left and makes a full handshake.
+TEST(ConnTls, EachKeptTicketIsOfferedOnce) {
+  TlsPair p;
+  p.run([](TlsPair* p) -> asio::awaitable<void> {
+    CO_ASSERT(co_await connect_and_take_tickets(p), "first connection");
+    const std::string server =
+        "https://127.0.0.1:" + std::to_string(p->acceptor.local_endpoint().port());
+    TlsSessions* sessions = TlsSessions::of(p->client_ctx->native_handle());
+    EXPECT_EQ(sessions->kept(server), 2u);
+    std::vector<std::unique_ptr<Conn>> open;
+    open.push_back(std::move(p->client));
+    open.push_back(std::move(p->server));
+    for (auto [want_resumed, left] : {std::pair{true, 1u}, {true, 0u}, {false, 0u}}) {
+      co_await p->connect();
+      CO_ASSERT(p->client, p->connected.ec.message());
+      EXPECT_EQ(p->connected.tls_resumed, want_resumed) << "connection " << open.size() / 2 + 1;
+      EXPECT_EQ(sessions->kept(server), left);
+      open.push_back(std::move(p->client));
+      open.push_back(std::move(p->server));
+    }
+    EXPECT_EQ(sessions->size(), 0u);
+  }(&p));
+}
+
+// Sessions belong to a server URL (a replica), never shared between two, even on one port.
+TEST(ConnTls, SessionsAreKeptPerServerUrl) {
+  TlsPair p;
+  p.run([](TlsPair* p) -> asio::awaitable<void> {
+    CO_ASSERT(co_await connect_and_take_tickets(p, "/a"), "connection to /a");
+    auto a = std::move(p->client);
+    auto a_server = std::move(p->server);
+    CO_ASSERT(co_await connect_and_take_tickets(p, "/b"), "connection to /b");
+    EXPECT_FALSE(p->connected.tls_resumed) << "/b resumed /a's session";
+    auto b = std::move(p->client);
+    auto b_server = std::move(p->server);
+    EXPECT_EQ(TlsSessions::of(p->client_ctx->native_handle())->size(), 2u);
+    co_await p->connect("/a");
+    CO_ASSERT(p->client, p->connected.ec.message());
+    EXPECT_TRUE(p->connected.tls_resumed);
+  }(&p));
+}
+
+// A restarted server (new ticket keys) does not know the session: it answers with a full
+// handshake, which works, and its new session is kept for the next connection.
+TEST(ConnTls, AServerThatNoLongerKnowsTheSessionMakesAFullHandshake) {
+  TlsPair p;
+  p.run([](TlsPair* p) -> asio::awaitable<void> {
+    CO_ASSERT(co_await connect_and_take_tickets(p), "first connection");
+    auto first = std::move(p->client);
+    auto first_server = std::move(p->server);
+    p->server_ctx = make_server_tls_context(p->server_cert.cert, p->server_cert.key);
+    CO_ASSERT(co_await connect_and_take_tickets(p), "connection to the restarted server");
+    EXPECT_FALSE(p->connected.tls_resumed);
+    auto second = std::move(p->client);
+    auto second_server = std::move(p->server);
+    co_await p->connect();
+    CO_ASSERT(p->client, p->connected.ec.message());
+    EXPECT_TRUE(p->connected.tls_resumed);
+  }(&p));
+}
+
+// A kept session proves nothing about a server that cannot resume it: a server at the same URL
+// whose certificate the client does not trust fails as before, and the session is dropped.
+TEST(ConnTls, AFailedHandshakeAfterAnOfferedSessionFailsAsTlsAndDropsTheSession) {
+  TlsPair p;
+  TestCert untrusted("IP:127.0.0.1");
+  p.run([](TlsPair* p, TestCert* untrusted) -> asio::awaitable<void> {
+    CO_ASSERT(co_await connect_and_take_tickets(p), "first connection");
+    auto first = std::move(p->client);
+    auto first_server = std::move(p->server);
+    TlsSessions* sessions = TlsSessions::of(p->client_ctx->native_handle());
+    EXPECT_EQ(sessions->size(), 1u);
+    p->server_ctx = make_server_tls_context(untrusted->cert, untrusted->key);
+    co_await p->connect();
+    EXPECT_FALSE(p->client);
+    EXPECT_EQ(p->connected.failure, ConnectFailure::tls);
+    EXPECT_EQ(sessions->size(), 0u);
+  }(&p, &untrusted));
 }
 
 }  // namespace

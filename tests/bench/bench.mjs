@@ -1281,11 +1281,25 @@ async function streamPhase({ streams, wantStreams, fdNote, tls }) {
     }
     const rssPeak = Math.max(...samples.map((s) => s.rss));
     const perStream = (rssPeak - rssIdle) / Math.max(1, peak);
+    // https: how many of the gateway's TLS handshakes with the replicas resumed a kept session
+    // (its metrics; a gateway from before they existed reports none).
+    let handshakes = null;
+    if (tls) {
+      try {
+        const text = await (await fetch(`${gw.admin}/metrics`)).text();
+        const value = (kind) => Number(text.match(new RegExp(`^fleetgate_upstream_tls_handshakes_total\\{kind="${kind}"\\} (\\S+)`, 'm'))?.[1] ?? NaN);
+        handshakes = { full: value('full'), resumed: value('resumed') };
+        if (!Number.isFinite(handshakes.full)) handshakes = null;
+      } catch {
+        handshakes = null;
+      }
+    }
     const row = {
       repeat: 1, phase: 'streams', scheme, streams_wanted: wantStreams, streams_opened: peak, completed: r.ok,
       rss_idle_mib: rssIdle, rss_peak_mib: rssPeak, rss_per_stream_kib: perStream * 1024,
       rss_at_10k_mib: rssIdle + perStream * wantStreams, cpu_pct_plateau: cpuPct,
       cpu_us_per_stream_opened: openUs, replica_cpu_us_per_stream_opened: fakeOpenUs,
+      tls_handshakes_full: handshakes?.full ?? null, tls_handshakes_resumed: handshakes?.resumed ?? null,
       events_per_s: peak / (interval / 1000), plateau_s: plateau.length >= 2 ? (plateau.at(-1).t - plateau[0].t) / 1000 : 0,
       ttfb_p50_ms: r.first_event_ms.p50, ttfb_p99_ms: r.first_event_ms.p99, gap_p99_ms: r.gap_ms.p99,
       fds_peak: Math.max(...samples.map((s) => s.fds)), errors: sumErrors(r), non_200: r.completed - r.ok,
@@ -1295,7 +1309,8 @@ async function streamPhase({ streams, wantStreams, fdNote, tls }) {
     log(
       `  ${peak} streams open (${scheme} replicas): RSS ${fmt(rssPeak, 1)} MiB (idle ${fmt(rssIdle, 1)}), ${fmt(perStream * 1024, 1)} KiB/stream, ` +
         `CPU ${fmt(cpuPct, 1)}% at ${fmt(row.events_per_s, 0)} events/s; opening: ${fmt(openUs, 0)} µs of gateway CPU and ` +
-        `${fmt(fakeOpenUs, 0)} µs of replica CPU per stream; ${r.ok} completed, ${sumErrors(r)} errors`,
+        `${fmt(fakeOpenUs, 0)} µs of replica CPU per stream` +
+        `${handshakes ? `; TLS handshakes ${handshakes.full} full, ${handshakes.resumed} resumed` : ''}; ${r.ok} completed, ${sumErrors(r)} errors`,
     );
     md += `**Held streams, ${scheme} replicas**${tls ? ' (fgload serve with OpenSSL, TLS 1.3, a P-256 certificate: a TLS connection from the gateway per stream)' : ''}: ${peak} concurrent streaming clients through one gateway (opened at ${rate}/s), each
 receiving one event every ${interval / 1000} s for ${hold / 1000} s from ${nFakes} fake replica process(es) (${nEndpoints} endpoints of
@@ -1305,7 +1320,7 @@ ${markdownTable(
 ['streams open', 'completed', 'RSS idle MiB', 'RSS peak MiB', 'KiB/stream', `RSS at ${wantStreams} MiB (extrapolated)`, 'CPU % (plateau)', 'events/s relayed', 'opening: gateway / replica CPU µs per stream', 'first event p99 ms', 'errors'],
 [[peak, r.ok, fmt(rssIdle, 1), fmt(rssPeak, 1), fmt(perStream * 1024, 1), fmt(row.rss_at_10k_mib, 0), fmt(cpuPct, 1), fmt(row.events_per_s, 0), `${fmt(openUs, 0)} / ${fmt(fakeOpenUs, 0)}`, fmt(r.first_event_ms.p99, 1), row.errors + row.non_200 + row.unfinished]],
 )}
-`;
+${handshakes ? `\nThe gateway's TLS handshakes with the replicas (probes included): ${handshakes.full} full, ${handshakes.resumed} resumed from a kept session.\n` : ''}`;
   } finally {
     await stopAll([gw.proc, ...fakes.map((f) => f.proc)]);
   }

@@ -135,8 +135,8 @@ asio::awaitable<error_code> tls_server_handshake(Conn& conn);
 std::shared_ptr<asio::ssl::context> make_server_tls_context(const std::string& cert_file,
                                                             const std::string& key_file);
 // Client-side TLS context: system CAs plus ca_file when given; peers are always verified. It keeps
-// each server's latest TLS session (per URL) and connect_to offers it on the next connection to
-// that server (common/net/tls_sessions.hpp).
+// the TLS sessions (tickets) each server sends, per URL, and connect_to offers one on each next
+// connection to that server (common/net/tls_sessions.hpp).
 std::shared_ptr<asio::ssl::context> make_client_tls_context(const std::string& ca_file);
 
 enum class ConnectFailure { none, resolve, connect, tls, timeout };
@@ -145,13 +145,13 @@ struct ConnectResult {
   std::unique_ptr<Conn> conn;
   ConnectFailure failure = ConnectFailure::none;
   error_code ec;
-  bool tls_resumed = false;  // https: the handshake resumed a session kept for this URL
+  bool tls_resumed = false;  // https: the handshake resumed a session kept for url
 };
 
 // Resolves (resolver_for(executor): cached, off the io thread), connects and (for https)
 // performs the TLS handshake with SNI and hostname verification, all within timeout. Honours
-// the coroutine's cancellation at every step. An https connection offers the TLS session
-// tls_ctx keeps for url (make_client_tls_context), and a failed handshake drops it.
+// the coroutine's cancellation at every step. An https connection offers a TLS session tls_ctx
+// keeps for url (make_client_tls_context); a failed handshake drops url's sessions.
 asio::awaitable<ConnectResult> connect_to(const Url& url, asio::ssl::context* tls_ctx,
                                           std::chrono::steady_clock::duration timeout);
 

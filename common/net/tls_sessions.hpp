@@ -24,7 +24,7 @@ namespace fg::net {
 // Each ticket is offered once, as TLS 1.3 asks of clients, and as OpenSSL's client enforces: a
 // session it resumed with is not offered again (measured: a second connection offered it made a
 // full handshake). A full handshake brings two tickets (the OpenSSL default) and a resumed one
-// brings one from OpenSSL's servers (the agent's, llama-server's), so a replica's connections
+// brings one from OpenSSL's servers (the agent's), so a replica's connections
 // opened one after another keep resuming; Node's server sends none after a resumed handshake, so
 // there every third connection is a full one. Connections opened faster than tickets arrive make
 // full handshakes. Sessions are kept per server URL, never shared between URLs.

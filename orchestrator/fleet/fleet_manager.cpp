@@ -421,7 +421,7 @@ void FleetManager::finish_removal(ReplicaId id) {
   metrics_.forget_replica(replica->model, replica->name);
   replica->health_check_series = nullptr;
   registry_.remove(id);
-  // Its TLS session goes with it, unless another entry serves the URL already (a replica that
+  // Its TLS sessions go with it, unless another entry serves the URL already (a replica that
   // registered again).
   if (net::TlsSessions* sessions = tls_sessions()) {
     const std::string url = replica->url.to_string();

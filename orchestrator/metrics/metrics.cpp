@@ -167,8 +167,8 @@ Metrics::Metrics()
               .Register(*registry_)),
       upstream_tls_sessions_(prometheus::BuildGauge()
                                  .Name("fleetgate_upstream_tls_sessions")
-                                 .Help("https replicas whose latest TLS session the gateway keeps "
-                                       "to resume its next connection to them.")
+                                 .Help("https replicas with TLS session tickets kept, to resume "
+                                       "the gateway's next connections to them.")
                                  .Register(*registry_)
                                  .Add({})),
       upstream_tls_handshakes_(

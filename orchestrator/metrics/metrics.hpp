@@ -92,7 +92,7 @@ class Metrics {
     std::uint64_t over = 0;
   };
   void set_prompt_cache_accuracy(const PromptCacheAccuracy& totals);
-  // TLS to the replicas (net::TlsSessions): servers with a session kept, and the handshakes made
+  // TLS to the replicas (net::TlsSessions): replicas with tickets kept, and the handshakes made
   // since start, full and resumed (totals; the counters move by what they gained).
   void set_upstream_tls(double sessions, std::uint64_t full, std::uint64_t resumed);
   // Creates a configured model's series at zero, so that dashboards show 0 rather than "no

@@ -20,6 +20,15 @@ prometheus::Histogram::BucketBoundaries latency_buckets() {
           20,   30,    60,   120, 180,  300, 600, 900, 1200, 1800};
 }
 
+// A counter that mirrors a total kept elsewhere moves by what the total gained since the last
+// scrape.
+void mirror(prometheus::Counter& counter, std::uint64_t total) {
+  const double gained = static_cast<double>(total) - counter.Value();
+  if (gained > 0) {
+    counter.Increment(gained);
+  }
+}
+
 }  // namespace
 
 Metrics::Metrics()
@@ -388,24 +397,13 @@ void Metrics::set_prompt_cache(double blocks, double bytes) {
 
 void Metrics::set_upstream_tls(double sessions, std::uint64_t full, std::uint64_t resumed) {
   upstream_tls_sessions_.Set(sessions);
-  for (auto [counter, total] :
-       {std::pair{&upstream_tls_full_, full}, std::pair{&upstream_tls_resumed_, resumed}}) {
-    const double gained = static_cast<double>(total) - counter->Value();
-    if (gained > 0) {
-      counter->Increment(gained);
-    }
-  }
+  mirror(upstream_tls_full_, full);
+  mirror(upstream_tls_resumed_, resumed);
 }
 
 void Metrics::set_prompt_cache_accuracy(const PromptCacheAccuracy& totals) {
   // Counters mirror totals kept by the scheduler: each moves by what it gained since the last
   // scrape.
-  auto mirror = [](prometheus::Counter& counter, std::uint64_t total) {
-    const double gained = static_cast<double>(total) - counter.Value();
-    if (gained > 0) {
-      counter.Increment(gained);
-    }
-  };
   mirror(prompt_cache_reports_, totals.reports);
   mirror(prompt_cache_predicted_, totals.predicted_blocks);
   mirror(prompt_cache_reported_, totals.reported_blocks);

@@ -267,7 +267,7 @@ class TlsConn final : public TimedConn {
       sessions->offer(io_->ssl, server);
     }
   }
-  // After a failed client handshake: the next connection to the server starts afresh.
+  // After a client handshake the server failed: the next connection to it starts afresh.
   void forget_session() {
     if (TlsSessions* sessions = TlsSessions::of(SSL_get_SSL_CTX(io_->ssl))) {
       sessions->forget(io_->ssl);
@@ -591,7 +591,9 @@ asio::awaitable<ConnectResult> connect_to(const Url& url, asio::ssl::context* tl
   tls->resume_from(url.to_string());
   const error_code hs_ec = co_await tls->handshake(true);
   if (hs_ec) {
-    tls->forget_session();
+    if (hs_ec != beast::error::timeout && hs_ec != asio::error::operation_aborted) {
+      tls->forget_session();  // the replica refused: not a slow one, nor a request that left
+    }
     result.failure = hs_ec == beast::error::timeout ? ConnectFailure::timeout : ConnectFailure::tls;
     result.ec = hs_ec;
     co_return result;

@@ -151,7 +151,8 @@ struct ConnectResult {
 // Resolves (resolver_for(executor): cached, off the io thread), connects and (for https)
 // performs the TLS handshake with SNI and hostname verification, all within timeout. Honours
 // the coroutine's cancellation at every step. An https connection offers a TLS session tls_ctx
-// keeps for url (make_client_tls_context); a failed handshake drops url's sessions.
+// keeps for url (make_client_tls_context); a handshake that fails (not by timeout or
+// cancellation) drops url's sessions.
 asio::awaitable<ConnectResult> connect_to(const Url& url, asio::ssl::context* tls_ctx,
                                           std::chrono::steady_clock::duration timeout);
 

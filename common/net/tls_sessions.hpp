@@ -31,7 +31,7 @@ namespace fg::net {
 class TlsSessions {
  public:
   // Upper bound on servers remembered: beyond it new sessions are not kept (their connections
-  // still work, the next handshake to them is full). A kept session is ~1 KiB beside the
+  // still work, the next handshake to them is full). A kept session is about 1 KiB beside the
   // certificate its server's sessions and live connections share; a replica without any live
   // connection costs ~5 KiB more.
   static constexpr std::size_t kMaxServers = 16384;

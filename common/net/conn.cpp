@@ -260,27 +260,11 @@ class TlsConn final : public TimedConn {
            SSL_set1_host(io_->ssl, host.c_str()) == 1;
   }
 
-  // Client side, before the handshake: offers the session kept for server (TlsSessions), when
-  // the context keeps them.
-  void resume_from(const std::string& server) {
-    if (TlsSessions* sessions = TlsSessions::of(SSL_get_SSL_CTX(io_->ssl))) {
-      sessions->offer(io_->ssl, server);
-    }
-  }
-  // After a client handshake the server failed: the next connection to it starts afresh.
-  void forget_session() {
-    if (TlsSessions* sessions = TlsSessions::of(SSL_get_SSL_CTX(io_->ssl))) {
-      sessions->forget(io_->ssl);
-    }
-  }
-  // After a successful client handshake: whether it resumed, counted for the metrics.
-  bool count_handshake() {
-    const bool resumed = SSL_session_reused(io_->ssl) == 1;
-    if (TlsSessions* sessions = TlsSessions::of(SSL_get_SSL_CTX(io_->ssl))) {
-      sessions->count_handshake(resumed);
-    }
-    return resumed;
-  }
+  // The sessions the connection's context keeps (make_client_tls_context), or null.
+  TlsSessions* sessions() const { return TlsSessions::of(SSL_get_SSL_CTX(io_->ssl)); }
+  // Whether the (client) handshake resumed a session.
+  bool session_reused() const { return SSL_session_reused(io_->ssl) == 1; }
+  SSL* native() const { return io_->ssl; }
 
   asio::awaitable<error_code> handshake(bool client) {
     SSL* ssl = io_->ssl;
@@ -588,18 +572,27 @@ asio::awaitable<ConnectResult> connect_to(const Url& url, asio::ssl::context* tl
     result.ec = asio::error::invalid_argument;
     co_return result;
   }
-  tls->resume_from(url.to_string());
+  TlsSessions* sessions = tls->sessions();
+  if (sessions != nullptr) {
+    sessions->offer(tls->native(), url.to_string());
+  }
   const error_code hs_ec = co_await tls->handshake(true);
   if (hs_ec) {
-    if (hs_ec != beast::error::timeout && hs_ec != asio::error::operation_aborted) {
-      tls->forget_session();  // the replica refused: not a slow one, nor a request that left
+    if (sessions != nullptr && hs_ec != beast::error::timeout &&
+        hs_ec != asio::error::operation_aborted) {
+      // The replica refused (not a slow one, nor a request that left): the next connection to
+      // it starts afresh.
+      sessions->forget(tls->native());
     }
     result.failure = hs_ec == beast::error::timeout ? ConnectFailure::timeout : ConnectFailure::tls;
     result.ec = hs_ec;
     co_return result;
   }
   tls->expires_never();
-  result.tls_resumed = tls->count_handshake();
+  result.tls_resumed = tls->session_reused();
+  if (sessions != nullptr) {
+    sessions->count_handshake(result.tls_resumed);
+  }
   result.conn = std::move(tls);
   co_return result;
 }

@@ -55,6 +55,7 @@ import {
   wakeups,
   writeFile,
 } from './lib.mjs';
+import { metricValue } from '../integration/lib/gateway.mjs';
 import { scenarioBatch } from './batch.mjs';
 import { scenarioRouting } from './routing.mjs';
 
@@ -1287,9 +1288,9 @@ async function streamPhase({ streams, wantStreams, fdNote, tls }) {
     if (tls) {
       try {
         const text = await (await fetch(`${gw.admin}/metrics`)).text();
-        const value = (kind) => Number(text.match(new RegExp(`^fleetgate_upstream_tls_handshakes_total\\{kind="${kind}"\\} (\\S+)`, 'm'))?.[1] ?? NaN);
+        const value = (kind) => metricValue(text, 'fleetgate_upstream_tls_handshakes_total', { kind });
         handshakes = { full: value('full'), resumed: value('resumed') };
-        if (!Number.isFinite(handshakes.full)) handshakes = null;
+        if (handshakes.full === undefined) handshakes = null;
       } catch {
         handshakes = null;
       }

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/deferred.hpp>
@@ -26,7 +28,8 @@ namespace {
 constexpr auto kDeferredTuple = asio::as_tuple(asio::deferred);
 // What a std::string holds without a heap block (15 bytes in libstdc++).
 const std::size_t kInlineBytes = std::string().capacity();
-// A TLS read's buffer, held for that read only (plain TCP reads go to the shared buffer).
+// A read's buffer, held for that read only: a TLS one, or a whole answer's on plain TCP (a
+// stream's events are read into the thread's shared buffer).
 constexpr std::size_t kReadChunk = 4 * 1024;
 constexpr std::size_t kHeaderLimit = 64 * 1024;
 // The most of a request body sent to a replica in one write (send_request).
@@ -152,8 +155,8 @@ void give_back(ProxyContext* ctx, fleet::Replica* replica, std::unique_ptr<net::
 
 // ---- reading the answer ----
 
-// One read buffer for every exchange of the thread (the gateway runs one io thread). An exchange
-// waits with Conn::wait_readable and owns no read buffer: each held a 4 KiB one, which a stream
+// One read buffer for every stream of the thread (the gateway runs one io thread). A stream's
+// relay waits with Conn::wait_readable and owns no read buffer: each held a 4 KiB one, which it
 // kept for its whole life (the parser leaves the CRLF that ends a chunk until the next chunk's
 // size line arrives, so the buffer was never empty when the relay shrank it). Safe without locks:
 // it is filled and handed to the parser with no co_await in between.
@@ -258,6 +261,43 @@ UpstreamError read_arrived(net::Conn* conn, std::string* pending, net::ResponseP
   return take_read(read, into.data(), pending, parser, deadline, received);
 }
 
+// A whole answer's reads on plain TCP: a read started at once, into a buffer of its own, not a
+// wait for input. Asio starts a wait with an epoll_ctl(2) every time, where it starts a read
+// with no system call when the connection's last read emptied the socket (the last answer's, on
+// a kept connection). That epoll_ctl was one of 7 system calls per proxied request (HAProxy
+// makes 4; one costs ~1.2 µs on this machine). The buffer comes from the thread's spares: no
+// heap block per read. A stream's relay still waits without one between its events (a held
+// stream spends its life there; docs/benchmarks.md).
+class SpareBuffer {
+ public:
+  SpareBuffer() {
+    auto& spares = pool();
+    if (spares.empty()) {
+      data_ = std::make_unique<char[]>(kReadChunk);
+    } else {
+      data_ = std::move(spares.back());
+      spares.pop_back();
+    }
+  }
+  ~SpareBuffer() {
+    if (auto& spares = pool(); spares.size() < kKept) {
+      spares.push_back(std::move(data_));
+    }
+  }
+  SpareBuffer(const SpareBuffer&) = delete;
+  SpareBuffer& operator=(const SpareBuffer&) = delete;
+  char* data() const { return data_.get(); }
+
+ private:
+  // At most this many spares per thread (1 MiB): a burst's buffers are not all kept.
+  static constexpr std::size_t kKept = 256;
+  static std::vector<std::unique_ptr<char[]>>& pool() {
+    static thread_local std::vector<std::unique_ptr<char[]>> spares;
+    return spares;
+  }
+  std::unique_ptr<char[]> data_;
+};
+
 // After a wait on TLS: OpenSSL reads the socket itself, so the bytes need a buffer of this
 // exchange, held for this read only (the wait held none).
 asio::awaitable<UpstreamError> read_arrived_tls(net::Conn* conn, std::string* pending,
@@ -270,18 +310,27 @@ asio::awaitable<UpstreamError> read_arrived_tls(net::Conn* conn, std::string* pe
   co_return take_read(read, into.get(), pending, parser, deadline, received);
 }
 
-// Waits for more of the answer within timeout (clipped to the deadline) and feeds what came to
-// the parser. May return without progress (a wake-up with nothing to read): callers loop until
+// Reads more of the answer within timeout (clipped to the deadline) and feeds what came to the
+// parser. May return without progress (a TLS wake-up with nothing to read): callers loop until
 // the parser has what they wait for.
 asio::awaitable<UpstreamError> read_more(net::Conn* conn, std::string* pending,
                                          net::ResponseParser* parser, Clock::duration timeout,
                                          Clock::time_point deadline, bool* received = nullptr) {
+  if (conn->can_read_now()) {
+    const SpareBuffer into;
+    conn->expires_after(clipped(timeout, deadline));
+    const net::IoResult read = co_await conn->read_some(asio::buffer(into.data(), kReadChunk));
+    const UpstreamError error = take_read(read, into.data(), pending, parser, deadline, received);
+    if (error != UpstreamError::none || read.bytes < kReadChunk || parser->is_done()) {
+      co_return error;
+    }
+    // A full read: what else has arrived (a stream's first events behind its head) is read at
+    // once into the thread's larger shared buffer, not 4 KiB per round through the event loop.
+    co_return read_arrived(conn, pending, parser, deadline, received);
+  }
   auto [wec] = co_await conn->async_wait_readable(clipped(timeout, deadline), kDeferredTuple);
   if (wec) {
     co_return classify(wec, deadline);
-  }
-  if (conn->can_read_now()) {
-    co_return read_arrived(conn, pending, parser, deadline, received);
   }
   co_return co_await read_arrived_tls(conn, pending, parser, timeout, deadline, received);
 }

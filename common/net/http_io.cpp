@@ -43,7 +43,79 @@ ClientWatch::ClientWatch(Conn* conn, beast::flat_buffer* buffer, std::size_t cap
                          asio::cancellation_signal* cancel)
     : conn_(conn), buffer_(buffer), cap_(cap), cancel_(cancel) {}
 
-void ClientWatch::start() {
+WatchStarter::WatchStarter(asio::any_io_executor executor,
+                           std::chrono::steady_clock::duration delay)
+    : timer_(std::move(executor)), delay_(delay) {}
+
+WatchStarter::~WatchStarter() {
+  // Watches still listed belong to sessions the io_context destroys later: they must not reach
+  // back here.
+  for (ClientWatch* w = head_; w != nullptr; w = w->next_) {
+    w->starter_ = nullptr;
+  }
+  alive_.reset();
+}
+
+void WatchStarter::add(ClientWatch* watch) {
+  watch->starter_ = this;
+  watch->due_ = std::chrono::steady_clock::now() + delay_;
+  watch->prev_ = tail_;
+  watch->next_ = nullptr;
+  (tail_ != nullptr ? tail_->next_ : head_) = watch;
+  tail_ = watch;
+  if (!armed_) {
+    arm();
+  }
+}
+
+void WatchStarter::remove(ClientWatch* watch) {
+  (watch->prev_ != nullptr ? watch->prev_->next_ : head_) = watch->next_;
+  (watch->next_ != nullptr ? watch->next_->prev_ : tail_) = watch->prev_;
+  watch->prev_ = watch->next_ = nullptr;
+  watch->starter_ = nullptr;
+  // The timer stays armed when the list empties: re-arming it for the next request would be a
+  // system call (a timerfd update) each time; a tick that finds nothing due only re-arms.
+}
+
+void WatchStarter::arm() {
+  armed_ = true;
+  timer_.expires_at(head_->due_);
+  timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](error_code ec) {
+    if (!alive.expired() && !ec) {
+      on_tick();
+    }
+  });
+}
+
+void WatchStarter::on_tick() {
+  armed_ = false;
+  const auto now = std::chrono::steady_clock::now();
+  while (head_ != nullptr && head_->due_ <= now) {
+    ClientWatch* watch = head_;
+    remove(watch);
+    watch->begin();
+  }
+  if (head_ != nullptr) {
+    arm();
+  }
+}
+
+ClientWatch::~ClientWatch() {
+  if (starter_ != nullptr) {
+    starter_->remove(this);
+  }
+}
+
+void ClientWatch::start(WatchStarter* later) {
+  if (later != nullptr && later->delay_ > std::chrono::steady_clock::duration::zero()) {
+    later->add(this);
+  } else {
+    begin();
+  }
+}
+
+void ClientWatch::begin() {
+  started_ = true;
   if (buffer_->size() < cap_) {
     wait();
   }
@@ -160,6 +232,9 @@ void ClientWatch::stop() {
     return;
   }
   stopped_ = true;
+  if (starter_ != nullptr) {
+    starter_->remove(this);  // never started: nothing is pending on the socket
+  }
   error_code ignored;
   conn_->socket().cancel(ignored);
   if (ticker_) {

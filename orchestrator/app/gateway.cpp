@@ -132,6 +132,7 @@ Gateway::Gateway(config::Config config, std::string config_path)
   proxy_ctx_.body_budget = &body_budget_;
   proxy_ctx_.metrics = &metrics_;
   proxy_ctx_.off_thread = &off_thread_;
+  proxy_ctx_.watch_starter = &watch_starter_;
   {
     // Named keys first, then the anonymous ones of api_keys_env; key_info follows the same order.
     std::vector<std::string> keys;

@@ -9,6 +9,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "common/net/http_io.hpp"
 #include "common/net/http_session.hpp"
 #include "common/net/off_thread.hpp"
 #include "common/net/server.hpp"
@@ -85,6 +86,9 @@ class Gateway {
   net::OffThread off_thread_{io_.get_executor(), &work_pool_};
   // Two threads under SCHED_IDLE: the io thread takes a core from them as soon as it wakes.
   net::WorkPool work_pool_{2, net::WorkPool::Priority::idle, 10};
+  // A request is watched for its client leaving from 100 ms on (net::WatchStarter): one answered
+  // sooner makes no system call for it, and a phone's answer takes seconds to minutes.
+  net::WatchStarter watch_starter_{io_.get_executor(), std::chrono::milliseconds(100)};
 
   std::unique_ptr<fleet::FleetManager> fleet_;
   std::unique_ptr<fleet::LocalFleet> local_fleet_;

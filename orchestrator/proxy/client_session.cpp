@@ -802,7 +802,7 @@ asio::awaitable<bool> handle_request(ProxyContext* ctx, net::ServerRequest r) {
   // wait. Both are watched beside the flow, which a client that leaves cancels.
   r.conn->expires_never();
   net::ClientWatch watch(r.conn, r.buffer, r.pipeline_cap, r.conn->session_cancel());
-  watch.start();
+  watch.start(ctx->watch_starter);
   if (p.info.stream && config->routing.keepalive_interval.count() > 0) {
     watch.keep_alive(r.writer, config->routing.keepalive_interval);
   }

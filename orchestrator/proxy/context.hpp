@@ -16,7 +16,8 @@
 
 namespace fg::net {
 class OffThread;
-}
+class WatchStarter;
+}  // namespace fg::net
 namespace fg::metrics {
 class Metrics;
 }
@@ -58,6 +59,8 @@ struct ProxyContext {
   // Runs CPU work that would hold the io thread for milliseconds (inspecting a large request
   // body) on other threads; nullptr: such work runs on the io thread.
   net::OffThread* off_thread = nullptr;
+  // Starts each request's client watch late (net::WatchStarter); nullptr: at once.
+  net::WatchStarter* watch_starter = nullptr;
 };
 
 }  // namespace fg::proxy

@@ -1,9 +1,11 @@
 // net::ClientWatch over a real loopback TCP connection: a client that leaves cancels the request's
 // coroutine, pipelined bytes stay for the next request (up to the cap), keep-alive comments flow
-// until the first content and the ticker ends there, and stop() + settled() leave no handler
-// behind. Each test ends on its events; a watchdog fails one that would hang.
+// until the first content and the ticker ends there, stop() + settled() leave no handler behind,
+// and a watch started through a WatchStarter begins only after its delay. Each test ends on its
+// events; a watchdog fails one that would hang.
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -160,6 +162,93 @@ TEST(ClientWatch, StopEndsAWaitOnAQuietClient) {
     s->send("x");
     EXPECT_FALSE(co_await s->conn->wait_readable(5s));
   }(&s, &watch));
+}
+
+// Started through a WatchStarter: nothing is pending on the socket until the delay has passed, so
+// a request that ends sooner leaves no operation behind, and the client's bytes stay unread.
+TEST(ClientWatch, AWatchStoppedBeforeItsDelayNeverStarted) {
+  Session s;
+  WatchStarter later(s.io.get_executor(), 1h);
+  ClientWatch watch(s.conn.get(), &s.buffer, 1024, s.conn->session_cancel());
+  s.run([](Session* s, WatchStarter* later, ClientWatch* watch) -> asio::awaitable<void> {
+    watch->start(later);
+    s->send("next");
+    EXPECT_FALSE(watch->started());
+    watch->stop();
+    co_await watch->settled();
+    EXPECT_FALSE(watch->gone());
+    EXPECT_EQ(s->buffer.size(), 0u);
+    EXPECT_FALSE(co_await s->conn->wait_readable(5s));
+    char rest[16];
+    const IoResult r = s->conn->read_now(asio::buffer(rest));
+    EXPECT_EQ(std::string(rest, r.bytes), "next");
+  }(&s, &later, &watch));
+}
+
+TEST(ClientWatch, AWatchStartedLaterNoticesAClientThatLeft) {
+  Session s;
+  WatchStarter later(s.io.get_executor(), 1ms);
+  ClientWatch watch(s.conn.get(), &s.buffer, 1024, s.conn->session_cancel());
+  s.run([](Session* s, WatchStarter* later, ClientWatch* watch) -> asio::awaitable<void> {
+    watch->start(later);
+    EXPECT_FALSE(watch->started());
+    s->peer->close();
+    asio::steady_timer work(co_await asio::this_coro::executor, 1h);
+    auto [ec] = co_await work.async_wait(kTuple);
+    EXPECT_EQ(ec, asio::error::operation_aborted);
+    EXPECT_TRUE(watch->gone());
+    watch->stop();
+    co_await asio::this_coro::reset_cancellation_state();
+    co_await watch->settled();
+  }(&s, &later, &watch));
+}
+
+// Watches wait in one list: one that ends before its start is taken out, the others still start
+// (here the second, whose client pipelines a request, reads it).
+TEST(ClientWatch, WatchesStartedLaterStartInOrderAndAStoppedOneIsSkipped) {
+  Session s;
+  tcp::acceptor acceptor(s.io, {asio::ip::make_address("127.0.0.1"), 0});
+  tcp::socket peer2(s.io);
+  peer2.connect(acceptor.local_endpoint());
+  auto conn2 = make_plain_conn(acceptor.accept());
+  beast::flat_buffer buffer2;
+  WatchStarter later(s.io.get_executor(), 1ms);
+  ClientWatch first(s.conn.get(), &s.buffer, 1024, nullptr);
+  ClientWatch second(conn2.get(), &buffer2, 1024, nullptr);
+  ClientWatch third(s.conn.get(), &s.buffer, 1024, nullptr);
+  s.run([](ClientWatch* first, ClientWatch* second, ClientWatch* third, WatchStarter* later,
+           tcp::socket* peer2, beast::flat_buffer* buffer2) -> asio::awaitable<void> {
+    first->start(later);
+    second->start(later);
+    third->start(later);
+    first->stop();
+    third->stop();
+    co_await first->settled();
+    co_await third->settled();
+    asio::write(*peer2, asio::buffer(std::string_view("GET / HTTP/1.1\r\n\r\n")));
+    co_await until([buffer2] { return buffer2->size() == 18; });
+    EXPECT_FALSE(first->started());
+    EXPECT_TRUE(second->started());
+    EXPECT_FALSE(third->started());
+    second->stop();
+    co_await second->settled();
+    EXPECT_FALSE(second->gone());
+  }(&first, &second, &third, &later, &peer2, &buffer2));
+}
+
+// The gateway destroys its starter before the io_context, which then destroys the sessions still
+// suspended: their watches, still listed, must not reach back to it.
+TEST(ClientWatch, AWatchOutlivingItsStarterStopsSafely) {
+  Session s;
+  auto later = std::make_unique<WatchStarter>(s.io.get_executor(), 1h);
+  ClientWatch watch(s.conn.get(), &s.buffer, 1024, s.conn->session_cancel());
+  watch.start(later.get());
+  later.reset();
+  watch.stop();
+  s.run([](ClientWatch* watch) -> asio::awaitable<void> {
+    co_await watch->settled();
+    EXPECT_FALSE(watch->gone());
+  }(&watch));
 }
 
 TEST(ClientWatch, KeepAliveCommentsFlowUntilTheFirstContentWhichEndsTheTicker) {

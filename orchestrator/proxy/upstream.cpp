@@ -29,7 +29,7 @@ constexpr auto kDeferredTuple = asio::as_tuple(asio::deferred);
 // What a std::string holds without a heap block (15 bytes in libstdc++).
 const std::size_t kInlineBytes = std::string().capacity();
 // A read's buffer, held for that read only: a TLS one, or a whole answer's on plain TCP (a
-// stream's events are read into the thread's shared buffer).
+// stream's head and events are read into the thread's shared buffer).
 constexpr std::size_t kReadChunk = 4 * 1024;
 constexpr std::size_t kHeaderLimit = 64 * 1024;
 // The most of a request body sent to a replica in one write (send_request).
@@ -266,8 +266,8 @@ UpstreamError read_arrived(net::Conn* conn, std::string* pending, net::ResponseP
 // with no system call when the connection's last read emptied the socket (the last answer's, on
 // a kept connection). That epoll_ctl was one of 7 system calls per proxied request (HAProxy
 // makes 4; one costs ~1.2 µs on this machine). The buffer comes from the thread's spares: no
-// heap block per read. A stream's relay still waits without one between its events (a held
-// stream spends its life there; docs/benchmarks.md).
+// heap block per read. A stream still waits without one, for its head and between its events
+// (a held stream spends its life there; docs/benchmarks.md).
 class SpareBuffer {
  public:
   SpareBuffer() {
@@ -299,24 +299,27 @@ class SpareBuffer {
 };
 
 // After a wait on TLS: OpenSSL reads the socket itself, so the bytes need a buffer of this
-// exchange, held for this read only (the wait held none).
+// exchange (a spare), held for this read only (the wait held none).
 asio::awaitable<UpstreamError> read_arrived_tls(net::Conn* conn, std::string* pending,
                                                 net::ResponseParser* parser,
                                                 Clock::duration timeout, Clock::time_point deadline,
                                                 bool* received = nullptr) {
-  const auto into = std::make_unique<char[]>(kReadChunk);
+  const SpareBuffer into;
   conn->expires_after(clipped(timeout, deadline));
-  const net::IoResult read = co_await conn->read_some(asio::buffer(into.get(), kReadChunk));
-  co_return take_read(read, into.get(), pending, parser, deadline, received);
+  const net::IoResult read = co_await conn->read_some(asio::buffer(into.data(), kReadChunk));
+  co_return take_read(read, into.data(), pending, parser, deadline, received);
 }
 
 // Reads more of the answer within timeout (clipped to the deadline) and feeds what came to the
-// parser. May return without progress (a TLS wake-up with nothing to read): callers loop until
-// the parser has what they wait for.
+// parser. May return without progress (a wake-up with nothing to read): callers loop until the
+// parser has what they wait for. at_once: a read into a spare buffer started at once (a whole
+// answer's reads, SpareBuffer), else a wait that holds no buffer (a stream's head: a phone sends
+// it with the first token, after the prompt, which may take minutes).
 asio::awaitable<UpstreamError> read_more(net::Conn* conn, std::string* pending,
                                          net::ResponseParser* parser, Clock::duration timeout,
-                                         Clock::time_point deadline, bool* received = nullptr) {
-  if (conn->can_read_now()) {
+                                         Clock::time_point deadline, bool at_once,
+                                         bool* received = nullptr) {
+  if (at_once && conn->can_read_now()) {
     const SpareBuffer into;
     conn->expires_after(clipped(timeout, deadline));
     const net::IoResult read = co_await conn->read_some(asio::buffer(into.data(), kReadChunk));
@@ -332,6 +335,9 @@ asio::awaitable<UpstreamError> read_more(net::Conn* conn, std::string* pending,
   if (wec) {
     co_return classify(wec, deadline);
   }
+  if (conn->can_read_now()) {
+    co_return read_arrived(conn, pending, parser, deadline, received);
+  }
   co_return co_await read_arrived_tls(conn, pending, parser, timeout, deadline, received);
 }
 
@@ -341,7 +347,7 @@ asio::awaitable<UpstreamError> read_more(net::Conn* conn, std::string* pending,
 asio::awaitable<UpstreamError> read_head(net::Conn* conn, std::string* pending,
                                          std::optional<net::ResponseParser>* parser,
                                          Clock::duration timeout, Clock::time_point deadline,
-                                         bool* answer_started) {
+                                         bool at_once, bool* answer_started) {
   // One limit for the whole head, however its bytes trickle in.
   const auto head_deadline = Clock::now() + clipped(timeout, deadline);
   int interim = 0;
@@ -369,7 +375,8 @@ asio::awaitable<UpstreamError> read_head(net::Conn* conn, std::string* pending,
     if (left <= Clock::duration::zero()) {
       co_return timed_out(deadline);
     }
-    auto error = co_await read_more(conn, pending, &**parser, left, deadline, answer_started);
+    auto error =
+        co_await read_more(conn, pending, &**parser, left, deadline, at_once, answer_started);
     if (error != UpstreamError::none) {
       co_return error;
     }
@@ -396,8 +403,9 @@ asio::awaitable<UpstreamError> read_whole_body(net::Conn* conn, std::string* pen
     if (parser->is_done()) {
       co_return UpstreamError::none;
     }
-    auto error = co_await read_more(
-        conn, pending, parser, body->empty() ? up->first_byte_timeout : up->idle_timeout, deadline);
+    auto error = co_await read_more(conn, pending, parser,
+                                    body->empty() ? up->first_byte_timeout : up->idle_timeout,
+                                    deadline, true);
     if (error != UpstreamError::none) {
       co_return error;
     }
@@ -630,8 +638,10 @@ asio::awaitable<void> exchange_into(ProxyContext* ctx, const config::Config* con
 
   // A long prompt is read before the phone answers anything: first_byte_timeout.
   reset_parser(&answer.parser);
-  auto error = co_await read_head(answer.conn.get(), &answer.pending, &answer.parser,
-                                  up.first_byte_timeout, request->deadline, &facts.answer_started);
+  // A whole answer's head is read at once; a stream's is waited for without a buffer (read_more).
+  auto error =
+      co_await read_head(answer.conn.get(), &answer.pending, &answer.parser, up.first_byte_timeout,
+                         request->deadline, !request->info->stream, &facts.answer_started);
   if (error != UpstreamError::none) {
     facts.since_written = Clock::now() - written_at;
     fail(*result, Phase::head, error);

@@ -262,12 +262,13 @@ UpstreamError read_arrived(net::Conn* conn, std::string* pending, net::ResponseP
 }
 
 // A whole answer's reads on plain TCP: a read started at once, into a buffer of its own, not a
-// wait for input. Asio starts a wait with an epoll_ctl(2) every time, where it starts a read
-// with no system call when the connection's last read emptied the socket (the last answer's, on
-// a kept connection). That epoll_ctl was one of 7 system calls per proxied request (HAProxy
-// makes 4; one costs ~1.2 µs on this machine). The buffer comes from the thread's spares: no
-// heap block per read. A stream still waits without one, for its head and between its events
-// (a held stream spends its life there; docs/benchmarks.md).
+// wait for input. Asio starts a wait with an epoll_ctl(2) every time, and a read with a recv(2)
+// that, when the replica answered fast, already takes the answer: one system call instead of
+// two (a replica that has not answered yet costs two either way). That epoll_ctl was one of 7
+// system calls per proxied request (HAProxy makes 4; one costs ~1.2 µs on this machine). The
+// buffer comes from the thread's spares: no heap block per read. A stream still waits without
+// one, for its head and between its events (a held stream spends its life there;
+// docs/benchmarks.md).
 class SpareBuffer {
  public:
   SpareBuffer() {
@@ -327,8 +328,8 @@ asio::awaitable<UpstreamError> read_more(net::Conn* conn, std::string* pending,
     if (error != UpstreamError::none || read.bytes < kReadChunk || parser->is_done()) {
       co_return error;
     }
-    // A full read: what else has arrived (a stream's first events behind its head) is read at
-    // once into the thread's larger shared buffer, not 4 KiB per round through the event loop.
+    // A full read: what else of a larger answer has arrived is read at once into the thread's
+    // 16 KiB shared buffer, not 4 KiB per round through the event loop.
     co_return read_arrived(conn, pending, parser, deadline, received);
   }
   auto [wec] = co_await conn->async_wait_readable(clipped(timeout, deadline), kDeferredTuple);

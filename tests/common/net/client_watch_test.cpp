@@ -100,21 +100,25 @@ asio::awaitable<std::string> receive(tcp::socket* peer, std::string_view what, i
   co_return got;
 }
 
+// The watch starts (at once, or through later), the client leaves, and the request's work, a
+// wait that only the watch can end, is cancelled.
+asio::awaitable<void> client_leaves(Session* s, ClientWatch* watch, WatchStarter* later) {
+  watch->start(later);
+  EXPECT_EQ(watch->started(), later == nullptr);
+  s->peer->close();
+  asio::steady_timer work(co_await asio::this_coro::executor, 1h);
+  auto [ec] = co_await work.async_wait(kTuple);
+  EXPECT_EQ(ec, asio::error::operation_aborted);
+  EXPECT_TRUE(watch->gone());
+  watch->stop();
+  co_await asio::this_coro::reset_cancellation_state();
+  co_await watch->settled();
+}
+
 TEST(ClientWatch, AClientThatLeavesCancelsTheRequestsCoroutine) {
   Session s;
   ClientWatch watch(s.conn.get(), &s.buffer, 1024, s.conn->session_cancel());
-  s.run([](Session* s, ClientWatch* watch) -> asio::awaitable<void> {
-    watch->start();
-    s->peer->close();
-    // The request's work: a wait that only the watch can end.
-    asio::steady_timer work(co_await asio::this_coro::executor, 1h);
-    auto [ec] = co_await work.async_wait(kTuple);
-    EXPECT_EQ(ec, asio::error::operation_aborted);
-    EXPECT_TRUE(watch->gone());
-    watch->stop();
-    co_await asio::this_coro::reset_cancellation_state();
-    co_await watch->settled();
-  }(&s, &watch));
+  s.run(client_leaves(&s, &watch, nullptr));
 }
 
 TEST(ClientWatch, PipelinedBytesStayForTheNextRequestAndStopSettles) {
@@ -189,18 +193,7 @@ TEST(ClientWatch, AWatchStartedLaterNoticesAClientThatLeft) {
   Session s;
   WatchStarter later(s.io.get_executor(), 1ms);
   ClientWatch watch(s.conn.get(), &s.buffer, 1024, s.conn->session_cancel());
-  s.run([](Session* s, WatchStarter* later, ClientWatch* watch) -> asio::awaitable<void> {
-    watch->start(later);
-    EXPECT_FALSE(watch->started());
-    s->peer->close();
-    asio::steady_timer work(co_await asio::this_coro::executor, 1h);
-    auto [ec] = co_await work.async_wait(kTuple);
-    EXPECT_EQ(ec, asio::error::operation_aborted);
-    EXPECT_TRUE(watch->gone());
-    watch->stop();
-    co_await asio::this_coro::reset_cancellation_state();
-    co_await watch->settled();
-  }(&s, &later, &watch));
+  s.run(client_leaves(&s, &watch, &later));
 }
 
 // Watches wait in one list: one that ends before its start is taken out, the others still start

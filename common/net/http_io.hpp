@@ -39,7 +39,8 @@ class ClientWatch;
 // makes 4 and one costs ~1.2 µs on this machine. A request answered within the delay makes none,
 // and a client that leaves is still noticed at most `delay` late (a phone's prompt takes seconds
 // to minutes). One timer for every watch: no timer, and no timerfd update, per request.
-// Destroy it before the io_context, after every session's last start().
+// Destroy it before the io_context: watches still listed then are detached, so the sessions the
+// io_context destroys afterwards never reach back to it.
 class WatchStarter {
  public:
   WatchStarter(asio::any_io_executor executor, std::chrono::steady_clock::duration delay);

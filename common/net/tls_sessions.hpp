@@ -56,7 +56,7 @@ class TlsSessions {
   // After a failed handshake that offered a session: drops the server's other sessions too (they
   // came from the same server), so that the next connection makes a full handshake.
   void forget(SSL* ssl);
-  // Drops the session kept for server (a replica that left the fleet).
+  // Drops the sessions kept for server (a replica that left the fleet).
   void forget_server(const std::string& server);
   // After a successful client handshake that asked (offer): counts it, full or resumed.
   void count_handshake(bool resumed) {

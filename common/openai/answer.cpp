@@ -6,6 +6,7 @@
 #include <span>
 
 #include "common/util/json.hpp"
+#include "common/util/swar.hpp"
 
 namespace fg::openai {
 
@@ -26,14 +27,26 @@ std::size_t skip_space(std::string_view t, std::size_t i) {
   return i;
 }
 
-// Past the closing quote of the string opening at i, or npos.
+// Past the closing quote of the string opening at i, or npos. Eight bytes at a time while none
+// is a quote or a backslash (common/util/swar.hpp): an answer's text is most of its bytes, and
+// this scan took 4.1k of the gateway's ~61k instructions per small JSON answer.
 std::size_t skip_string(std::string_view t, std::size_t i) {
-  for (++i; i < t.size(); ++i) {
-    if (t[i] == '\\') {
-      ++i;
-    } else if (t[i] == '"') {
+  const char* s = t.data();
+  const std::size_t n = t.size();
+  for (++i; i < n;) {
+    if (n - i >= 8) {
+      const std::uint64_t word = swar::load(s + i);
+      const std::uint64_t marks = swar::equal(word, '"') | swar::equal(word, '\\');
+      if (marks == 0) {
+        i += 8;
+        continue;
+      }
+      i += swar::first_marked(marks);
+    }
+    if (s[i] == '"') {
       return i + 1;
     }
+    i += s[i] == '\\' ? 2 : 1;  // an escape takes the byte after it
   }
   return npos;
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/util/json.hpp"
+#include "common/util/swar.hpp"
 
 namespace fg::openai {
 
@@ -207,7 +208,20 @@ class Scanner {
     const char* start = p_;
     *escaped = false;
     for (;;) {
-      // Plain ASCII runs first: nearly every byte of a request.
+      // Plain ASCII runs first: nearly every byte of a request. Eight bytes at a time while
+      // none ends the run (common/util/swar.hpp: ~1.5 instructions a byte against ~5 for the
+      // byte loop below, which then stops at the byte that ended it); a 7,000-token prompt is
+      // ~28 KB of such runs.
+      while (end_ - p_ >= 8) {
+        const std::uint64_t word = swar::load(p_);
+        const std::uint64_t marks = swar::below(word, 0x20) | swar::high(word) |
+                                    swar::equal(word, '"') | swar::equal(word, '\\');
+        if (marks != 0) {
+          p_ += swar::first_marked(marks);
+          break;
+        }
+        p_ += 8;
+      }
       while (p_ != end_) {
         const auto c = static_cast<unsigned char>(*p_);
         if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80) {

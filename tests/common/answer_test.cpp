@@ -60,6 +60,29 @@ TEST(TopLevelMember, DeepNestingIsWalkedWithoutRecursion) {
   EXPECT_EQ(top_level_member(doc, "usage").value_or(""), "{\"prompt_tokens\":3}");
 }
 
+// Strings are skipped eight bytes at a time: an escape or the closing quote at every offset in
+// and across a word must end (or not end) the string exactly where a byte-by-byte scan would.
+TEST(TopLevelMember, StringsEndWhereTheyEndAtEveryOffset) {
+  // Raw JSON string text: escaped quotes, escaped backslashes (one before the closing quote
+  // ends the string), other escapes, UTF-8.
+  const std::string_view pieces[] = {"",        R"(\")",       R"(\\)",       R"(\\\")",
+                                     R"(\\\\)", R"(\n\u0022)", "caf\xC3\xA9", R"(}]{[,)"};
+  for (std::size_t before = 0; before <= 17; ++before) {
+    for (std::size_t after = 0; after <= 9; ++after) {
+      for (std::string_view piece : pieces) {
+        const std::string text =
+            std::string(before, 'x') + std::string(piece) + std::string(after, 'y');
+        const std::string doc = R"({"a":")" + text + R"(","usage":{"prompt_tokens":3}})";
+        EXPECT_EQ(top_level_member(doc, "a").value_or(""), "\"" + text + "\"") << doc;
+        EXPECT_EQ(top_level_member(doc, "usage").value_or(""), R"({"prompt_tokens":3})") << doc;
+        // The same string never closed: its last quote is escaped.
+        const std::string open = R"({"a":")" + text + R"(\","usage":{}})";
+        EXPECT_FALSE(top_level_member(open, "usage")) << open;
+      }
+    }
+  }
+}
+
 TEST(AnswerStats, UsageAndTimingsOfAWholeAnswer) {
   const std::string_view body = R"({"choices":[{"message":{"content":"RISK_LEVEL: 5"}}],
     "usage":{"prompt_tokens":7012,"completion_tokens":6,"total_tokens":7018,

@@ -426,6 +426,25 @@ TEST(InspectScan, RefusesWhatTheDomRefusesWithTheDomsAnswer) {
   }
 }
 
+// The scan reads string text eight bytes at a time: whatever ends a plain run (a quote, an
+// escape, a control or a non-ASCII byte, valid or not) at every offset in and across a word
+// gives the DOM's answer.
+TEST(InspectScan, StringBytesAtEveryOffsetAsTheDom) {
+  const std::string_view pieces[] = {
+      "",     R"(\")", R"(\\)", R"(\u00e9)", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80",
+      "\x7F", "\t",    "\x1F",  "\xC0\xAF",  "\xFF",     "\xE2\x82",     R"(\x)",
+      "\x80",
+  };
+  for (std::size_t before = 0; before <= 17; ++before) {
+    for (std::string_view piece : pieces) {
+      const std::string text =
+          std::string(before, 'x') + std::string(piece) + std::string(before % 9, 'y');
+      expect_same(R"({"model":"m","messages":[{"role":"user","content":")" + text + R"("}]})");
+      expect_same(R"({"model":")" + text + R"("})");
+    }
+  }
+}
+
 TEST(InspectScan, RepeatedOrEscapedKeysGoToTheDomWhichKeepsTheLast) {
   // nlohmann keeps the last of repeated keys; the scan leaves those bodies to it.
   expect_same(R"({"model":"a","model":"b"})");

@@ -1,0 +1,53 @@
+#pragma once
+// Eight bytes at a time in one 64-bit word ("SIMD within a register"), for the JSON scans that
+// look for the few bytes that end a run of string text (a quote, a backslash, a control or a
+// non-ASCII byte). Byte by byte such a loop costs ~5 instructions a byte; a word at a time ~1.5,
+// and a phone's prompt or answer is thousands of bytes of string text. Portable C++: no
+// intrinsics, the same code on x86-64 and aarch64.
+//
+// Each marks() function sets bit 7 of the bytes of `word` that match. The mark of the first
+// matching byte (in memory order) is exact; bytes after it may be marked wrongly (a borrow
+// carries into them), so callers use only first_marked() and then look at the bytes themselves.
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace fg::swar {
+
+static_assert(std::endian::native == std::endian::little,
+              "first_marked() reads the first byte in memory as the lowest (little-endian)");
+
+inline constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
+inline constexpr std::uint64_t kHighs = 0x8080808080808080ULL;
+
+// The eight bytes at p (no alignment needed).
+inline std::uint64_t load(const char* p) {
+  std::uint64_t word;
+  std::memcpy(&word, p, sizeof word);
+  return word;
+}
+
+// The bytes equal to c.
+inline std::uint64_t equal(std::uint64_t word, unsigned char c) {
+  const std::uint64_t x = word ^ (kOnes * c);
+  return (x - kOnes) & ~x & kHighs;
+}
+
+// The bytes below limit (limit at most 0x80).
+inline std::uint64_t below(std::uint64_t word, unsigned char limit) {
+  return (word - kOnes * limit) & ~word & kHighs;
+}
+
+// The bytes at or above 0x80 (exact for every byte).
+inline std::uint64_t high(std::uint64_t word) {
+  return word & kHighs;
+}
+
+// The offset (0-7) of the first marked byte; marks must not be 0.
+inline std::size_t first_marked(std::uint64_t marks) {
+  return static_cast<std::size_t>(std::countr_zero(marks)) / 8;
+}
+
+}  // namespace fg::swar

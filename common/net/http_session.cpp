@@ -116,8 +116,8 @@ asio::awaitable<ReadResult> read_request(Conn* conn, beast::flat_buffer* buffer,
         }
         const std::uint64_t body_limit =
             result.streamed ? result.streamed->limit : limits->body_limit;
-        const std::string& body_limit_key =
-            result.streamed ? result.streamed->limit_key : limits->body_limit_key;
+        const std::string_view body_limit_key =
+            result.streamed ? std::string_view(result.streamed->limit_key) : limits->body_limit_key;
         HeadDecision decision = decide_head(facts, std::move(refusal), body_limit, body_limit_key);
         if (decision.reply) {
           result.kind = ReadResult::Kind::refused;
@@ -140,7 +140,7 @@ asio::awaitable<ReadResult> read_request(Conn* conn, beast::flat_buffer* buffer,
             result.reply = ErrorReply{503,
                                       "server_busy",
                                       "the server holds too many request bodies at once (" +
-                                          limits->body_budget_key + "); retry later",
+                                          std::string(limits->body_budget_key) + "); retry later",
                                       {{"Retry-After", "1"}}};
             result.must_close = true;
             result.reason = result.reply->code;

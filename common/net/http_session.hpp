@@ -34,7 +34,9 @@ class OffThread;
 struct SessionLimits {
   std::size_t header_limit = 16 * 1024;
   std::uint64_t body_limit = 4 * 1024 * 1024;
-  std::string body_limit_key = "server.max_body_bytes";  // named in 413 answers
+  // The names of the settings in 413 and 503 answers: string literals (views, so that the limits
+  // read before every request allocate nothing).
+  std::string_view body_limit_key = "server.max_body_bytes";
   ReadTimeouts timeouts;
   std::chrono::steady_clock::duration write_timeout = std::chrono::seconds(60);
   // Bytes a client may pipeline while a request is served before the session stops reading (and
@@ -45,7 +47,7 @@ struct SessionLimits {
   // the connection closed; one that fits is counted until its request is finished.
   BodyBudget* body_budget = nullptr;
   std::uint64_t body_budget_limit = 0;
-  std::string body_budget_key = "server.max_buffered_bytes";  // named in 503 answers
+  std::string_view body_budget_key = "server.max_buffered_bytes";
 };
 
 // What a route that takes its body as a stream (SessionHooks::stream_body) is allowed: its own

@@ -312,7 +312,9 @@ void Metrics::tokens(const std::string& model, const std::string& api, const std
   if (!model.empty() && count > 0 && (kind == "prompt" || kind == "completion")) {
     totals_[model].tokens += static_cast<std::uint64_t>(count);
   }
-  std::string key = model;
+  // In request_done's kept buffer, as there: a fresh key grew on the heap at every answer.
+  std::string& key = key_scratch_;
+  key.assign(model);
   key += '\n';
   key += api;
   key += '\n';
@@ -320,7 +322,7 @@ void Metrics::tokens(const std::string& model, const std::string& api, const std
   auto it = tokens_by_key_.find(key);
   if (it == tokens_by_key_.end()) {
     auto* counter = &tokens_.Add({{"model", model}, {"api", api}, {"kind", kind}});
-    it = tokens_by_key_.emplace(std::move(key), counter).first;
+    it = tokens_by_key_.emplace(key, counter).first;
   }
   it->second->Increment(count);
 }

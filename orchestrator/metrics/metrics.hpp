@@ -183,7 +183,7 @@ class Metrics {
   std::map<std::pair<std::string, std::string>, ReplicaCounters, ReplicaKeyLess> replica_outcomes_;
   std::unordered_map<std::string, ModelSeries> per_model_;
   std::unordered_map<std::string, prometheus::Counter*> requests_by_key_;
-  std::string key_scratch_;  // request_done's lookup key, its capacity kept
+  std::string key_scratch_;  // request_done's and tokens' lookup keys, its capacity kept
   std::unordered_map<std::string, prometheus::Counter*> tokens_by_key_;
   std::map<std::string, ModelTotals> totals_;
 };

@@ -177,6 +177,9 @@ TEST(AnswerSmallReader, ReadsLikeTheDom) {
       R"({"prompt_tokens":1.0,"completion_tokens":1e2,"input_tokens":3,"output_tokens":4})",
       R"({"input_tokens":20,"cache_read_input_tokens":100,"cache_creation_input_tokens":5,"output_tokens":4})",
       R"({"input_tokens":20,"cache_read_input_tokens":-1,"input_tokens_details":{"cached_tokens":9}})",
+      // The small reader keeps the first 10 members as it checks them: at, and past, that.
+      R"({"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"prompt_tokens":8,"completion_tokens":9,"prompt_tokens":10})",
+      R"({"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"prompt_tokens":10,"completion_tokens":11,"prompt_tokens":12})",
       R"({"prompt_tokens":01})",  // invalid: nlohmann refuses, nothing read
       R"({"prompt_tokens":1,})",
       R"({"prompt_tokens":1 "completion_tokens":2})",
@@ -202,6 +205,8 @@ TEST(AnswerSmallReader, ReadsLikeTheDom) {
   };
   const std::string timings[] = {
       R"({"prompt_n":2916,"prompt_ms":34210.5,"predicted_n":6,"predicted_ms":640.25,"cache_n":4096})",
+      R"({"cache_n":0,"prompt_n":12,"prompt_ms":8.31,"prompt_per_token_ms":0.6925,"prompt_per_second":1444.04,"predicted_n":16,"predicted_ms":402.114,"predicted_per_token_ms":25.132125,"predicted_per_second":39.789})",
+      R"({"a":0,"b":1,"prompt_n":12,"c":2,"d":3,"e":4,"f":5,"g":6,"h":7,"i":8,"predicted_n":16,"prompt_n":13})",
       R"({"prompt_ms":-0.0,"predicted_ms":-0})",
       R"({"prompt_ms":-1,"predicted_ms":"x","prompt_n":1.5,"cache_n":-3})",
       R"({"prompt_ms":1.7976931348623157e308,"predicted_ms":0.1e1,"predicted_n":99999999999999999999})",

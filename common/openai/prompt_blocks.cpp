@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -16,11 +17,18 @@ std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Little-endian on every platform, so a hash is the same wherever it is computed.
+// Little-endian on every platform, so a hash is the same wherever it is computed. On a
+// little-endian host (x86-64, aarch64) that is one load: the byte loop, which GCC did not
+// merge, made hashing cost ~8 instructions a byte, ~250k of the ~1M instructions a
+// 7,000-token prompt took through the gateway.
 std::uint64_t load64(const unsigned char* p) {
   std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) {
-    v = (v << 8) | p[i];
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(&v, p, sizeof v);
+  } else {
+    for (int i = 7; i >= 0; --i) {
+      v = (v << 8) | p[i];
+    }
   }
   return v;
 }
@@ -83,7 +91,8 @@ void PromptHasher::feed(std::string_view bytes) {
   out_.bytes += bytes.size();
   while (!bytes.empty() && out_.hashes.size() < kMaxPromptBlocks) {
     const std::size_t n = std::min(bytes.size(), kPromptBlockBytes - fill_);
-    std::copy_n(bytes.data(), n, block_ + fill_);
+    // memcpy, not copy_n: from char to unsigned char that was a byte loop (~5 instructions a byte).
+    std::memcpy(block_ + fill_, bytes.data(), n);
     fill_ += n;
     bytes.remove_prefix(n);
     if (fill_ == kPromptBlockBytes) {

@@ -5,9 +5,10 @@
 // and a phone's prompt or answer is thousands of bytes of string text. Portable C++: no
 // intrinsics, the same code on x86-64 and aarch64.
 //
-// Each marks() function sets bit 7 of the bytes of `word` that match. The mark of the first
-// matching byte (in memory order) is exact; bytes after it may be marked wrongly (a borrow
-// carries into them), so callers use only first_marked() and then look at the bytes themselves.
+// equal(), below() and high() set bit 7 of the bytes of `word` that match (their "marks"). The
+// mark of the first matching byte (in memory order) is exact; bytes after it may be marked
+// wrongly (a borrow carries into them), so callers use only first_marked() and then look at the
+// bytes themselves.
 
 #include <bit>
 #include <cstddef>

@@ -621,11 +621,38 @@ void read_usage_and_timings(Api api, std::string_view json, AnswerStats& stats, 
   read_object(found[1], small, [&](const auto& timings) { read_timings(timings, stats); });
 }
 
-bool mentions(std::string_view data, std::string_view quoted_name) {
-  return data.find(quoted_name) != std::string_view::npos;
-}
-
 }  // namespace
+
+namespace detail {
+// One pass: each quote (found eight bytes at a time) is checked for the names after it. Three
+// std::string_view::find calls for the quoted names called memchr at every quote of the event,
+// three times over: ~1.8k instructions per streamed event, an event per token.
+bool names_a_stat(std::string_view data) {
+  const char* s = data.data();
+  const std::size_t n = data.size();
+  for (std::size_t i = 0; i < n;) {
+    if (i + 8 <= n) {
+      const std::uint64_t marks = swar::equal(swar::load(s + i), '"');
+      if (marks == 0) {
+        i += 8;
+        continue;
+      }
+      i += swar::first_marked(marks);
+    } else if (s[i] != '"') {
+      ++i;
+      continue;
+    }
+    const std::string_view rest = data.substr(i + 1);
+    if ((rest.starts_with('u') && rest.starts_with("usage\"")) ||
+        (rest.starts_with('t') && rest.starts_with("timings\"")) ||
+        (rest.starts_with('l') && rest.starts_with("length\""))) {
+      return true;
+    }
+    ++i;
+  }
+  return false;
+}
+}  // namespace detail
 
 void top_level_members(std::string_view json, std::span<const std::string_view> names,
                        std::span<std::optional<std::string_view>> out) {
@@ -689,8 +716,7 @@ void read_stats_from_event(Api api, const SseEvent& event, AnswerStats& stats) {
   // "length" with its quotes is likewise a JSON string of its own: a chunk that says
   // finish_reason "length".
   const std::string_view data = event.data;
-  if (!mentions(data, "\"usage\"") && !mentions(data, "\"timings\"") &&
-      !mentions(data, "\"length\"")) {
+  if (!detail::names_a_stat(data)) {
     return;
   }
   switch (api) {

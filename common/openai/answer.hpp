@@ -48,6 +48,10 @@ namespace detail {
 void read_stats_from_body_dom(Api api, std::string_view body, AnswerStats& stats);
 // Whether the small reader reads this object itself (true) or leaves it to the DOM.
 bool small_reader_takes(std::string_view object);
+// Whether a streamed event may carry stats: its data holds "usage", "timings" or "length" with
+// their quotes (a quote inside a JSON string is escaped, so these are member names, or the
+// string "length" of a finish_reason). read_stats_from_event reads only such events.
+bool names_a_stat(std::string_view data);
 }  // namespace detail
 // From one event of a streamed answer; later reports overwrite earlier ones field by field.
 void read_stats_from_event(Api api, const SseEvent& event, AnswerStats& stats);

@@ -1,6 +1,8 @@
 #include "common/openai/answer.hpp"
 
 #include <cmath>
+#include <iterator>
+#include <random>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -81,6 +83,33 @@ TEST(TopLevelMember, StringsEndWhereTheyEndAtEveryOffset) {
       }
     }
   }
+}
+
+// The first look at a streamed event, eight bytes at a time, against the three finds it
+// replaced: random texts of quotes, escapes and the names' letters, of every length around the
+// word size.
+TEST(AnswerStats, AnEventNamesAStatExactlyWhenItHoldsAQuotedName) {
+  auto reference = [](std::string_view data) {
+    return data.find("\"usage\"") != std::string_view::npos ||
+           data.find("\"timings\"") != std::string_view::npos ||
+           data.find("\"length\"") != std::string_view::npos;
+  };
+  std::mt19937 rng(7);
+  const std::string_view pieces[] = {"\"",         "\\\"",        "usage", "timings", "length",
+                                     "u",          "t",           "l",     "x",       "\"usage\"",
+                                     "\"length\"", "\"timings\"", " "};
+  int named = 0;
+  for (int round = 0; round < 20000; ++round) {
+    std::string data;
+    const int count = static_cast<int>(rng() % 12);
+    for (int k = 0; k < count; ++k) {
+      data += pieces[rng() % std::size(pieces)];
+    }
+    named += reference(data) ? 1 : 0;
+    ASSERT_EQ(detail::names_a_stat(data), reference(data)) << data;
+  }
+  EXPECT_GT(named, 1000);  // both answers were asked often
+  EXPECT_GT(20000 - named, 1000);
 }
 
 TEST(AnswerStats, UsageAndTimingsOfAWholeAnswer) {

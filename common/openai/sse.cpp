@@ -178,6 +178,12 @@ namespace {
 
 constexpr std::string_view kNullUsage = "\"usage\":null";
 
+// Whether text holds "usage" with its quotes: found by its 'g' (swar::contains_any), not by
+// find("\"usage\""), which calls memchr at every quote (~0.5k instructions per streamed event).
+bool holds_usage(std::string_view text) {
+  return swar::contains_any(text, {"\"usage\""}, 'g');
+}
+
 // text without its `"usage":null` members (and the comma that joined each to its neighbour), in
 // one pass. A quote inside a JSON string is escaped, so this exact text can only be the member.
 std::string without_null_usage(std::string_view text) {
@@ -212,7 +218,7 @@ SseRelay::SseRelay(std::size_t max_event_bytes, bool strip_usage, EventHandler o
         if (on_event_) {
           on_event_(event);
         }
-        if (!strip_usage_ || event.data.find("\"usage\"") == std::string::npos) {
+        if (!strip_usage_ || !holds_usage(event.data)) {
           return;
         }
         // The usage-only chunk: {"choices":[], "usage":{...}} (OpenAI, llama.cpp, the agent).

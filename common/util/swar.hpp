@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
+#include <string_view>
 
 namespace fg::swar {
 
@@ -49,6 +51,43 @@ inline std::uint64_t high(std::uint64_t word) {
 // The offset (0-7) of the first marked byte; marks must not be 0.
 inline std::size_t first_marked(std::uint64_t marks) {
   return static_cast<std::size_t>(std::countr_zero(marks)) / 8;
+}
+
+// The offset of the first byte c in text at or after from, or npos. Inline and eight bytes at a
+// time: memchr's call costs more than the few bytes between a JSON text's quotes.
+inline std::size_t find(std::string_view text, std::size_t from, unsigned char c) {
+  const char* s = text.data();
+  const std::size_t n = text.size();
+  std::size_t i = from;
+  for (; i + 8 <= n; i += 8) {
+    if (const std::uint64_t marks = equal(load(s + i), c); marks != 0) {
+      return i + first_marked(marks);
+    }
+  }
+  for (; i < n; ++i) {
+    if (static_cast<unsigned char>(s[i]) == c) {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// Whether text holds any of needles, each of which holds the byte `rare`: every `rare` of text
+// (found eight bytes at a time) is compared with the needles around it. Cheap when `rare` is
+// rare in text: the 'g' of "usage", "timings" and "length" in a streamed chunk's JSON, whose
+// keys have none, costs ~1.3 instructions a byte, where comparing at every quote cost ~3.
+inline bool contains_any(std::string_view text, std::initializer_list<std::string_view> needles,
+                         unsigned char rare) {
+  for (std::size_t at = find(text, 0, rare); at != std::string_view::npos;
+       at = find(text, at + 1, rare)) {
+    for (std::string_view needle : needles) {
+      const std::size_t k = needle.find(static_cast<char>(rare));  // every needle has one
+      if (at >= k && text.substr(at - k).starts_with(needle)) {
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 }  // namespace fg::swar

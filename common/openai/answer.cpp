@@ -626,7 +626,7 @@ void read_usage_and_timings(Api api, std::string_view json, AnswerStats& stats, 
 namespace detail {
 // Three std::string_view::find calls for the quoted names called memchr at every quote of the
 // event (~1.8k instructions per streamed event, an event per token); every name has a 'g',
-// which a chunk's keys do not (swar::contains_any).
+// which few bytes of a chunk are (swar::contains_any).
 bool names_a_stat(std::string_view data) {
   return swar::contains_any(data, {"\"usage\"", "\"timings\"", "\"length\""}, 'g');
 }

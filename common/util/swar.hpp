@@ -72,10 +72,11 @@ inline std::size_t find(std::string_view text, std::size_t from, unsigned char c
   return std::string_view::npos;
 }
 
-// Whether text holds any of needles, each of which holds the byte `rare`: every `rare` of text
-// (found eight bytes at a time) is compared with the needles around it. Cheap when `rare` is
-// rare in text: the 'g' of "usage", "timings" and "length" in a streamed chunk's JSON, whose
-// keys have none, costs ~1.3 instructions a byte, where comparing at every quote cost ~3.
+// Whether text holds any of needles, each of which holds the byte `rare` (a needle without it
+// never matches): every `rare` of text (found eight bytes at a time) is compared with the
+// needles around it. Cheap when `rare` is rare in text: the 'g' of "usage", "timings" and
+// "length" in a streamed chunk's JSON (of its keys only "logprobs" and "system_fingerprint" have
+// one) took 8k fewer instructions per 10-event stream than comparing at every quote.
 inline bool contains_any(std::string_view text, std::initializer_list<std::string_view> needles,
                          unsigned char rare) {
   for (std::size_t at = find(text, 0, rare); at != std::string_view::npos;

@@ -38,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view body = in.rest();
   AnswerStats small;
   if (flags & 4) {
-    small = {1, 2, 3, 4, 5.5, 6, 7.5, 8};
+    small = {1, 2, 3, 4, 5.5, 6, 7.5, 8, true};  // every field set, truncated too
   }
   AnswerStats dom = small;
   fg::openai::read_stats_from_body(api, body, small);

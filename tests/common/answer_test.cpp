@@ -188,7 +188,8 @@ bool same_stats(const AnswerStats& a, const AnswerStats& b) {
   return a.prompt_tokens == b.prompt_tokens && a.completion_tokens == b.completion_tokens &&
          a.cached_tokens == b.cached_tokens && a.prompt_n == b.prompt_n &&
          same_ms(a.prompt_ms, b.prompt_ms) && a.predicted_n == b.predicted_n &&
-         same_ms(a.predicted_ms, b.predicted_ms) && a.cache_n == b.cache_n;
+         same_ms(a.predicted_ms, b.predicted_ms) && a.cache_n == b.cache_n &&
+         a.truncated == b.truncated;
 }
 
 TEST(AnswerSmallReader, ReadsLikeTheDom) {
@@ -254,7 +255,7 @@ TEST(AnswerSmallReader, ReadsLikeTheDom) {
           AnswerStats small;
           AnswerStats dom;
           if (prefilled) {
-            small = {1, 2, 3, 4, 5.5, 6, 7.5, 8};
+            small = {1, 2, 3, 4, 5.5, 6, 7.5, 8, true};
             dom = small;
           }
           read_stats_from_body(api, body, small);

@@ -11,27 +11,11 @@ namespace {
 
 // The first CR or LF of text at or after from, or npos. Not find_first_of("\r\n"): libstdc++
 // calls memchr on the two-byte set for every byte it scans, which was 71k of the ~305k
-// instructions a proxied 10-event stream cost (callgrind, `./fleet bench cpu`). Eight bytes at
-// a time (common/util/swar.hpp), then byte by byte: every event's bytes are scanned twice (the
-// relay's event ends, the parser's lines), ~4 instructions a byte byte by byte.
+// instructions a proxied 10-event stream cost (callgrind, `./fleet bench cpu`); swar::find
+// tests eight bytes at a time (every event's bytes are scanned twice: the relay's event ends,
+// the parser's lines).
 std::size_t find_line_break(std::string_view text, std::size_t from = 0) {
-  const char* s = text.data();
-  const std::size_t n = text.size();
-  std::size_t i = from;
-  for (; i + 8 <= n; i += 8) {
-    const std::uint64_t word = swar::load(s + i);
-    const std::uint64_t marks = swar::equal(word, '\r') | swar::equal(word, '\n');
-    if (marks != 0) {
-      return i + swar::first_marked(marks);
-    }
-  }
-  for (; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c <= '\r' && (c == '\r' || c == '\n')) {
-      return i;
-    }
-  }
-  return std::string_view::npos;
+  return swar::find(text, from, '\r', '\n');
 }
 
 // Writes each line of text behind prefix, so a payload containing line breaks stays one event
